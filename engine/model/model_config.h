@@ -1,0 +1,76 @@
+// Model hyper-parameters read from a Hugging Face checkpoint directory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tq {
+
+/// RoPE frequency scaling as HF config.json "rope_scaling" describes it.
+/// Supported types: "default" (none), "linear", "llama3" (Llama 3.1 rule).
+struct RopeScaling {
+  std::string type = "default";
+  double factor = 1.0;
+  double low_freq_factor = 1.0;    // llama3
+  double high_freq_factor = 4.0;   // llama3
+  int64_t original_max_position_embeddings = 8192;  // llama3
+};
+
+/// config.json of a LlamaForCausalLM checkpoint (HF transformers LlamaConfig),
+/// plus the token ids of generation_config.json / tokenizer_config.json.
+struct ModelConfig {
+  std::string architecture;  // "LlamaForCausalLM"
+  int32_t hidden_size = 0;
+  int32_t intermediate_size = 0;
+  int32_t num_hidden_layers = 0;
+  int32_t num_attention_heads = 0;
+  int32_t num_key_value_heads = 0;  // defaults to num_attention_heads
+  int32_t head_dim = 0;             // defaults to hidden_size / num_attention_heads
+  int32_t vocab_size = 0;
+  int32_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  std::string torch_dtype;  // informational
+  int32_t bos_token_id = 1;
+  std::vector<int32_t> eos_token_ids;  // generation_config.json overrides config.json
+
+  /// RoPE inverse frequencies [head_dim / 2] with rope_scaling applied
+  /// (HF modeling_rope_utils: default, linear, llama3).
+  std::vector<float> RopeInvFreq() const;
+};
+
+/// Generation defaults from generation_config.json (all optional).
+struct GenerationDefaults {
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int32_t top_k = 0;  // 0 = disabled
+  double repetition_penalty = 1.0;
+  bool present = false;  // generation_config.json was found
+};
+
+/// Tokenizer settings from tokenizer_config.json.
+struct TokenizerSettings {
+  bool add_bos_token = true;
+  bool add_eos_token = false;
+  std::string chat_template;  // Jinja source, empty when absent
+};
+
+/// Everything read from the small JSON files of a model directory.
+struct ModelFiles {
+  std::string dir;
+  ModelConfig config;
+  GenerationDefaults generation;
+  TokenizerSettings tokenizer;
+};
+
+/// Reads config.json (required), generation_config.json and
+/// tokenizer_config.json (optional) from `dir` and validates them.
+/// Throws tq::Error naming the file and the problem: missing directory or
+/// config.json, invalid JSON, architecture other than LlamaForCausalLM /
+/// MistralForCausalLM, missing or non-positive sizes, heads that do not divide.
+ModelFiles LoadModelFiles(const std::string& dir);
+
+}  // namespace tq

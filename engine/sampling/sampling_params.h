@@ -1,0 +1,31 @@
+// Per-request sampling parameters (OpenAI API semantics, vLLM extensions).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tq {
+
+/// How one request picks tokens. Defaults match the OpenAI API (temperature 1,
+/// top_p 1) and vLLM (top_k -1/0 = off, min_p 0, repetition_penalty 1).
+struct SamplingParams {
+  double temperature = 1.0;         // 0 = greedy
+  double top_p = 1.0;               // (0, 1]
+  int32_t top_k = 0;                // <= 0: disabled
+  double min_p = 0.0;               // [0, 1]
+  double repetition_penalty = 1.0;  // > 0; HF/CTRL rule on prompt + output tokens
+  double presence_penalty = 0.0;    // [-2, 2]; OpenAI rule on output tokens
+  double frequency_penalty = 0.0;   // [-2, 2]; OpenAI rule on output tokens
+  std::optional<uint64_t> seed;     // per-request RNG; random when unset
+  int32_t max_tokens = 16;          // >= 0 new tokens
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+
+  /// "" when valid, else a message naming the field, e.g.
+  /// "top_p must be in (0, 1], got 2".
+  std::string Validate() const;
+};
+
+}  // namespace tq

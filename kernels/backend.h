@@ -1,0 +1,85 @@
+// The backend interface: every compute op the model runs, behind one virtual
+// class, so the same model code drives the CPU reference and the CUDA backend
+// (as llama.cpp's ggml-backend does). Ops take plain params structs.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string_view>
+
+#include "kernels/op_params.h"
+
+namespace tq::kernels {
+
+/// A compute backend. Thread ownership: one backend instance is driven by one
+/// thread at a time (the engine thread); ops are synchronous from the caller's
+/// view. Pointers in params refer to memory from this backend's Allocate().
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  /// "cpu" or "cuda".
+  virtual std::string_view Name() const = 0;
+
+  /// Memory for activations, weights and the KV pool, 64-byte aligned and
+  /// zero-filled. Throws std::bad_alloc when out of memory.
+  virtual void* Allocate(size_t bytes) = 0;
+  virtual void Free(void* ptr) = 0;
+  /// Copies host memory into backend memory and back.
+  virtual void CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
+  virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
+
+  virtual void Embedding(const EmbeddingParams& p) = 0;
+  virtual void RmsNorm(const RmsNormParams& p) = 0;
+  virtual void MatMul(const MatMulParams& p) = 0;
+  virtual void Rope(const RopeParams& p) = 0;
+  virtual void SiluMul(const SiluMulParams& p) = 0;
+  virtual void KvWrite(const KvWriteParams& p) = 0;
+  virtual void PagedAttention(const PagedAttentionParams& p) = 0;
+};
+
+/// Owns one Allocate()d region and frees it on destruction.
+class BackendBuffer {
+ public:
+  BackendBuffer() = default;
+  BackendBuffer(Backend* backend, size_t bytes)
+      : backend_(backend), ptr_(bytes ? backend->Allocate(bytes) : nullptr), bytes_(bytes) {}
+  BackendBuffer(BackendBuffer&& o) noexcept { *this = std::move(o); }
+  BackendBuffer& operator=(BackendBuffer&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      backend_ = o.backend_;
+      ptr_ = o.ptr_;
+      bytes_ = o.bytes_;
+      o.ptr_ = nullptr;
+      o.bytes_ = 0;
+    }
+    return *this;
+  }
+  BackendBuffer(const BackendBuffer&) = delete;
+  BackendBuffer& operator=(const BackendBuffer&) = delete;
+  ~BackendBuffer() { Reset(); }
+
+  void Reset() {
+    if (ptr_) backend_->Free(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+  void* data() const { return ptr_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  Backend* backend_ = nullptr;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+/// Creates the CPU backend with `num_threads` compute threads (including the
+/// caller's; 0 = hardware concurrency).
+std::unique_ptr<Backend> CreateCpuBackend(int num_threads);
+
+}  // namespace tq::kernels

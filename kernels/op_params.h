@@ -1,0 +1,104 @@
+// Plain parameter structs for every backend op (TensorRT-LLM style): raw
+// pointers into backend memory plus sizes, no ownership. All activations are
+// fp32 row-major; a "row" is one token. The CPU backend is the reference that
+// every other backend is checked against.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/kv_layout.h"
+
+namespace tq::kernels {
+
+/// Weight element formats a matmul can read.
+enum class WeightDtype : uint8_t { kF32 };
+
+/// A linear layer's weight, Hugging Face layout: [out_features, in_features]
+/// row-major, so y = x · Wᵀ.
+struct WeightView {
+  const void* data = nullptr;
+  WeightDtype dtype = WeightDtype::kF32;
+  int32_t out_features = 0;
+  int32_t in_features = 0;
+};
+
+/// out[t, :] = table[ids[t], :]; table [vocab, hidden].
+struct EmbeddingParams {
+  const int32_t* ids = nullptr;  // [num_tokens], each in [0, vocab)
+  const float* table = nullptr;  // [vocab, hidden]
+  float* out = nullptr;          // [num_tokens, hidden]
+  int32_t num_tokens = 0;
+  int32_t vocab = 0;
+  int32_t hidden = 0;
+};
+
+/// out = x / sqrt(mean(x²) + eps) * weight, per row (Zhang & Sennrich 2019).
+/// out may alias x.
+struct RmsNormParams {
+  const float* x = nullptr;       // [rows, dim]
+  const float* weight = nullptr;  // [dim]
+  float* out = nullptr;           // [rows, dim]
+  int32_t rows = 0;
+  int32_t dim = 0;
+  float eps = 1e-5f;
+};
+
+/// out[rows, out_features] = x[rows, in_features] · Wᵀ (+ out when accumulate).
+struct MatMulParams {
+  const float* x = nullptr;
+  WeightView w;
+  float* out = nullptr;
+  int32_t rows = 0;
+  bool accumulate = false;  // out += x·Wᵀ (fuses the residual add)
+};
+
+/// Rotary position embedding in place, Hugging Face "rotate_half" layout: for
+/// each head, pairs (i, i + head_dim/2) rotate by angle pos · inv_freq[i]
+/// (Su et al. 2021, RoFormer; HF LlamaRotaryEmbedding).
+struct RopeParams {
+  float* x = nullptr;                 // [num_tokens, num_heads, head_dim]
+  const int32_t* positions = nullptr;  // [num_tokens]
+  const float* inv_freq = nullptr;     // [head_dim / 2], rope_scaling already applied
+  int32_t num_tokens = 0;
+  int32_t num_heads = 0;
+  int32_t head_dim = 0;
+  float attention_scaling = 1.0f;  // cos/sin multiplier (YaRN); 1 for plain RoPE
+};
+
+/// out = silu(gate) * up, elementwise (SwiGLU, Shazeer 2020). out may alias gate.
+struct SiluMulParams {
+  const float* gate = nullptr;  // [rows, dim]
+  const float* up = nullptr;    // [rows, dim]
+  float* out = nullptr;         // [rows, dim]
+  int32_t rows = 0;
+  int32_t dim = 0;
+};
+
+/// Writes each token's K and V (all KV heads) into its slot of the paged pool,
+/// converting to the pool's dtype.
+struct KvWriteParams {
+  const float* k = nullptr;               // [num_tokens, num_kv_heads, head_dim]
+  const float* v = nullptr;               // [num_tokens, num_kv_heads, head_dim]
+  const int32_t* slot_mapping = nullptr;  // [num_tokens]; slot < 0 skips the token
+  int32_t num_tokens = 0;
+  KvLayerView cache;
+};
+
+/// Causal GQA attention over the paged cache for a varlen batch: token t of
+/// sequence s = token_seq[t] attends to positions [0, token_pos[t]] of s, read
+/// through s's block table. Query head h uses KV head h / (num_heads / num_kv_heads).
+/// The token's own K/V must already be written (KvWrite before attention).
+struct PagedAttentionParams {
+  const float* q = nullptr;               // [num_tokens, num_heads, head_dim], RoPE applied
+  float* out = nullptr;                   // [num_tokens, num_heads, head_dim]
+  const int32_t* token_seq = nullptr;     // [num_tokens], index into block_tables rows
+  const int32_t* token_pos = nullptr;     // [num_tokens], absolute position in its sequence
+  const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq] block ids
+  int32_t num_tokens = 0;
+  int32_t num_heads = 0;
+  int32_t max_blocks_per_seq = 0;
+  float scale = 1.0f;  // softmax scale, usually 1/sqrt(head_dim)
+  KvLayerView cache;
+};
+
+}  // namespace tq::kernels
