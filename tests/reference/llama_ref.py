@@ -1,0 +1,208 @@
+#!/usr/bin/python3
+"""Independent float64 reference forward pass for Hugging Face Llama checkpoints.
+
+Test oracle for the tqserve C++ CPU engine. Pure numpy (no torch); written from
+the math, not from tqserve code. Sources of truth:
+  * HF transformers LlamaForCausalLM (src/transformers/models/llama/modeling_llama.py)
+    and _compute_default/_linear/_llama3_parameters in modeling_rope_utils.py
+  * RoPE: Su et al., "RoFormer" (arXiv:2104.09864), HF rotate_half layout
+  * RMSNorm: Zhang & Sennrich, "Root Mean Square Layer Normalization" (arXiv:1910.07467)
+  * safetensors format: 8-byte LE u64 header length, JSON header, raw LE tensor data
+
+Usage:
+  llama_ref.py --model DIR --out FILE [--tokens N] [--ids 1,2,3]
+  llama_ref.py --model DIR --greedy N
+
+Default input: [1] (BOS) + the `# ids [...]` list of
+../data/reference_greedy_ids_once_upon_a_time.txt (prompt + greedy continuation),
+truncated to the first --tokens (default 64) ids.
+
+Output file format (all little-endian):
+  b"TQREF1\\n"                      ASCII magic line (7 bytes)
+  int32 num_tokens, int32 vocab
+  int32 token_ids[num_tokens]
+  float64 logits[num_tokens][vocab]  row-major, logits at every position
+"""
+import argparse, json, math, os, re, struct, sys, time
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+IDS_FILE = os.path.join(HERE, "..", "data", "reference_greedy_ids_once_upon_a_time.txt")
+PROMPT = [1, 403, 407, 261, 378]
+DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2"),
+          "F64": np.dtype("<f8")}
+
+
+def read_safetensors(path):
+    """Parse one .safetensors file with numpy only; returns {name: float64 array}."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dt = DTYPES[info["dtype"]]
+        b, e = info["data_offsets"]
+        a = np.frombuffer(data[b:e], dtype=dt).reshape(info["shape"])
+        if info["dtype"] == "BF16":  # bf16 = upper 16 bits of an IEEE f32
+            a = (a.astype(np.uint32) << 16).view(np.float32)
+        out[name] = a.astype(np.float64)
+    return out
+
+
+def load_weights(model_dir):
+    idx = os.path.join(model_dir, "model.safetensors.index.json")
+    if os.path.exists(idx):  # sharded checkpoint
+        with open(idx) as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+        w = {}
+        for s in shards:
+            w.update(read_safetensors(os.path.join(model_dir, s)))
+        return w
+    return read_safetensors(os.path.join(model_dir, "model.safetensors"))
+
+
+def rope_inv_freq(cfg, hd):
+    """inv_freq per HF modeling_rope_utils (default / linear / llama3)."""
+    theta = cfg.get("rope_theta", 10000.0)
+    inv = 1.0 / theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd)
+    rs = cfg.get("rope_scaling") or {}
+    kind = rs.get("rope_type", rs.get("type", "default"))
+    if kind == "default":
+        return inv
+    if kind == "linear":  # positions / factor  <=>  inv_freq / factor
+        return inv / rs["factor"]
+    if kind == "llama3":  # _compute_llama3_parameters
+        factor, lo, hi = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+        old_ctx = rs["original_max_position_embeddings"]
+        lo_wl, hi_wl = old_ctx / lo, old_ctx / hi
+        wl = 2 * math.pi / inv
+        inv_l = np.where(wl > lo_wl, inv / factor, inv)
+        smooth = (old_ctx / wl - lo) / (hi - lo)
+        smoothed = (1 - smooth) * inv_l / factor + smooth * inv_l
+        medium = ~(wl < hi_wl) & ~(wl > lo_wl)
+        return np.where(medium, smoothed, inv_l)
+    raise SystemExit("unsupported rope_scaling type: %r" % kind)
+
+
+class Llama:
+    def __init__(self, model_dir):
+        with open(os.path.join(model_dir, "config.json")) as f:
+            self.cfg = c = json.load(f)
+        self.w = load_weights(model_dir)
+        self.nh = c["num_attention_heads"]
+        self.nkv = c.get("num_key_value_heads") or self.nh
+        self.hd = c.get("head_dim") or c["hidden_size"] // self.nh
+        self.eps = c.get("rms_norm_eps", 1e-6)
+        self.nl = c["num_hidden_layers"]
+        self.inv_freq = rope_inv_freq(c, self.hd)
+        emb = self.w["model.embed_tokens.weight"]
+        tied = c.get("tie_word_embeddings", False) or "lm_head.weight" not in self.w
+        self.lm_head = emb if tied else self.w["lm_head.weight"]
+        self.vocab = self.lm_head.shape[0]
+
+    def lin(self, x, name):
+        """nn.Linear: y = x @ W.T (+ b if the checkpoint has a bias)."""
+        y = x @ self.w[name + ".weight"].T
+        b = self.w.get(name + ".bias")
+        return y if b is None else y + b
+
+    def rmsnorm(self, x, name):  # LlamaRMSNorm: x / sqrt(mean(x^2) + eps) * w
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * self.w[name]
+
+    @staticmethod
+    def rotate_half(x):  # HF: cat(-x2, x1) over the last dim
+        h = x.shape[-1] // 2
+        return np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
+
+    def forward(self, ids):
+        """Logits [T, vocab] for every position of the token sequence `ids`."""
+        T, nh, nkv, hd = len(ids), self.nh, self.nkv, self.hd
+        x = self.w["model.embed_tokens.weight"][np.asarray(ids)]           # [T, D]
+        freqs = np.arange(T, dtype=np.float64)[:, None] * self.inv_freq[None]  # [T, hd/2]
+        emb = np.concatenate([freqs, freqs], axis=-1)                       # [T, hd]
+        cos, sin = np.cos(emb)[None], np.sin(emb)[None]                     # [1, T, hd]
+        mask = np.triu(np.full((T, T), -np.inf), k=1)                       # causal
+        group = nh // nkv                                                   # GQA
+        for i in range(self.nl):
+            p = "model.layers.%d." % i
+            h = self.rmsnorm(x, p + "input_layernorm.weight")
+            q = self.lin(h, p + "self_attn.q_proj").reshape(T, nh, hd).transpose(1, 0, 2)
+            k = self.lin(h, p + "self_attn.k_proj").reshape(T, nkv, hd).transpose(1, 0, 2)
+            v = self.lin(h, p + "self_attn.v_proj").reshape(T, nkv, hd).transpose(1, 0, 2)
+            q = q * cos + self.rotate_half(q) * sin                         # RoPE
+            k = k * cos + self.rotate_half(k) * sin
+            k = np.repeat(k, group, axis=0)  # query head j uses kv head j // group
+            v = np.repeat(v, group, axis=0)
+            s = q @ k.transpose(0, 2, 1) / math.sqrt(hd) + mask             # [nh, T, T]
+            s = np.exp(s - s.max(axis=-1, keepdims=True))
+            a = (s / s.sum(axis=-1, keepdims=True)) @ v                     # [nh, T, hd]
+            a = a.transpose(1, 0, 2).reshape(T, nh * hd)
+            x = x + self.lin(a, p + "self_attn.o_proj")
+            h = self.rmsnorm(x, p + "post_attention_layernorm.weight")
+            g = self.lin(h, p + "mlp.gate_proj")
+            g = g / (1.0 + np.exp(-g))                                      # SiLU
+            x = x + self.lin(g * self.lin(h, p + "mlp.up_proj"), p + "mlp.down_proj")
+        x = self.rmsnorm(x, "model.norm.weight")
+        return x @ self.lm_head.T
+
+
+def reference_ids():
+    """The `# ids [...]` list (prompt tokens without BOS + greedy continuation)."""
+    with open(IDS_FILE) as f:
+        for line in f:
+            m = re.match(r"#\s*ids\s*\[(.*)\]", line.strip())
+            if m:
+                return [int(t) for t in m.group(1).split(",") if t.strip()]
+    raise SystemExit("no '# ids' line in " + IDS_FILE)
+
+
+def write_ref(path, ids, logits):
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(b"TQREF1\n")
+        f.write(struct.pack("<ii", len(ids), logits.shape[1]))
+        f.write(np.asarray(ids, dtype="<i4").tobytes())
+        f.write(np.ascontiguousarray(logits, dtype="<f8").tobytes())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True, help="HF checkpoint directory")
+    ap.add_argument("--out", help="reference output file (TQREF1 format)")
+    ap.add_argument("--tokens", type=int, default=64, help="number of input tokens")
+    ap.add_argument("--ids", help="comma-separated token ids (overrides default input)")
+    ap.add_argument("--greedy", type=int, help="print N greedy ids from the fixed prompt")
+    args = ap.parse_args()
+    if not args.out and not args.greedy:
+        ap.error("need --out and/or --greedy")
+    m = Llama(args.model)
+
+    if args.greedy:
+        seq = list(PROMPT)
+        for _ in range(args.greedy):  # full recompute each step
+            seq.append(int(np.argmax(m.forward(seq)[-1])))
+        gen = seq[len(PROMPT):]
+        print("greedy:", gen)
+        want = reference_ids()[len(PROMPT) - 1:]  # drop the prompt (file omits BOS)
+        n = min(100, len(gen), len(want))
+        k = next((i for i in range(n) if gen[i] != want[i]), n)
+        print("match: %d/%d" % (k, n))
+
+    if args.out:
+        if args.ids:
+            ids = [int(t) for t in args.ids.split(",") if t.strip()]
+        else:
+            ids = ([1] + reference_ids())[:args.tokens]
+        t0 = time.time()
+        logits = m.forward(ids)
+        write_ref(args.out, ids, logits)
+        print("wrote %s: %d tokens x %d vocab (%.2fs forward)"
+              % (args.out, len(ids), logits.shape[1], time.time() - t0))
+
+
+if __name__ == "__main__":
+    main()
