@@ -1,0 +1,290 @@
+// config.json / generation_config.json / tokenizer_config.json of a HF model
+// directory. Field names and defaults follow HF transformers LlamaConfig
+// (models/llama/configuration_llama.py); RoPE scaling follows
+// modeling_rope_utils.py (_compute_default/linear/llama3_parameters).
+#include "engine/model/model_config.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <numbers>
+#include <optional>
+#include <sstream>
+
+#include "engine/common/error.h"
+
+namespace tq {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+std::string OneLine(std::string s) {
+  for (char& c : s) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  return s;
+}
+
+[[noreturn]] void Fail(const std::string& file, const std::string& problem) {
+  throw Error(OneLine(file + ": " + problem));
+}
+
+// Reads and parses a JSON file that must hold an object.
+json ReadJsonObject(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) Fail(p.string(), "cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json j;
+  try {
+    j = json::parse(ss.str());
+  } catch (const json::exception& e) {
+    Fail(p.string(), std::string("invalid JSON: ") + e.what());
+  }
+  if (!j.is_object()) Fail(p.string(), "invalid JSON: top level is not an object");
+  return j;
+}
+
+// Field access with the file name in every error. Absent and null read as "not set".
+class Fields {
+ public:
+  Fields(const json& j, std::string file) : j_(j), file_(std::move(file)) {}
+  const std::string& file() const { return file_; }
+
+  bool Has(const std::string& key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+  const json& At(const std::string& key) const { return j_.at(key); }
+
+  int32_t Int(const std::string& key, int64_t lo, std::optional<int32_t> def = {}) const {
+    if (!Has(key)) {
+      if (def) return *def;
+      Fail(file_, "required field '" + key + "' is missing");
+    }
+    return IntValue(At(key), key, lo);
+  }
+  int32_t IntValue(const json& v, const std::string& key, int64_t lo) const {
+    if (!v.is_number_integer() ||
+        (v.is_number_unsigned() &&
+         v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) ||
+        v.get<int64_t>() < lo || v.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+      Fail(file_, "field '" + key + "' must be an integer >= " + std::to_string(lo) + " (got " +
+                      v.dump() + ")");
+    }
+    return static_cast<int32_t>(v.get<int64_t>());
+  }
+  double Positive(const std::string& key, double def) const {
+    if (!Has(key)) return def;
+    const json& v = At(key);
+    if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>())) {
+      Fail(file_, "field '" + key + "' must be a positive number (got " + v.dump() + ")");
+    }
+    return v.get<double>();
+  }
+  bool Bool(const std::string& key, bool def) const {
+    if (!Has(key)) return def;
+    if (!At(key).is_boolean()) {
+      Fail(file_, "field '" + key + "' must be true or false (got " + At(key).dump() + ")");
+    }
+    return At(key).get<bool>();
+  }
+  // An int or a list of ints (HF allows both for eos_token_id).
+  std::vector<int32_t> IntList(const std::string& key) const {
+    std::vector<int32_t> out;
+    if (!Has(key)) return out;
+    const json& v = At(key);
+    if (v.is_array()) {
+      for (const json& e : v) out.push_back(IntValue(e, key, 0));
+    } else {
+      out.push_back(IntValue(v, key, 0));
+    }
+    return out;
+  }
+
+ private:
+  const json& j_;
+  std::string file_;
+};
+
+RopeScaling ParseRopeScaling(const Fields& cfg) {
+  RopeScaling rs;
+  if (!cfg.Has("rope_scaling")) return rs;
+  const json& v = cfg.At("rope_scaling");
+  if (!v.is_object()) Fail(cfg.file(), "field 'rope_scaling' must be an object or null");
+  const Fields f(v, cfg.file());
+  const char* type_key = f.Has("rope_type") ? "rope_type" : "type";
+  if (f.Has(type_key)) {
+    if (!f.At(type_key).is_string()) Fail(cfg.file(), "rope_scaling.type must be a string");
+    rs.type = f.At(type_key).get<std::string>();
+  }
+  if (rs.type == "default") return rs;
+  if (rs.type != "linear" && rs.type != "llama3") {
+    Fail(cfg.file(),
+         "unsupported rope_scaling type '" + rs.type + "' (supported: default, linear, llama3)");
+  }
+  if (!f.Has("factor")) Fail(cfg.file(), "rope_scaling.factor is missing");
+  rs.factor = f.Positive("factor", 1.0);
+  if (rs.type == "llama3") {
+    rs.low_freq_factor = f.Positive("low_freq_factor", rs.low_freq_factor);
+    rs.high_freq_factor = f.Positive("high_freq_factor", rs.high_freq_factor);
+    rs.original_max_position_embeddings =
+        f.Int("original_max_position_embeddings", 1,
+              static_cast<int32_t>(rs.original_max_position_embeddings));
+    if (!(rs.high_freq_factor > rs.low_freq_factor)) {
+      Fail(cfg.file(), "rope_scaling.high_freq_factor must exceed low_freq_factor");
+    }
+  }
+  return rs;
+}
+
+ModelConfig ParseConfig(const json& j, const std::string& file) {
+  const Fields f(j, file);
+  ModelConfig c;
+  if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
+      j["architectures"][0].is_string()) {
+    c.architecture = j["architectures"][0].get<std::string>();
+  } else if (j.contains("model_type") && j["model_type"] == "llama") {
+    c.architecture = "LlamaForCausalLM";
+  } else if (j.contains("model_type") && j["model_type"] == "mistral") {
+    c.architecture = "MistralForCausalLM";
+  } else {
+    Fail(file, "field 'architectures' is missing");
+  }
+  if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM") {
+    Fail(file, "unsupported architecture '" + c.architecture +
+                   "' (supported: LlamaForCausalLM, MistralForCausalLM)");
+  }
+  c.hidden_size = f.Int("hidden_size", 1);
+  c.intermediate_size = f.Int("intermediate_size", 1);
+  c.num_hidden_layers = f.Int("num_hidden_layers", 1);
+  c.num_attention_heads = f.Int("num_attention_heads", 1);
+  c.num_key_value_heads = f.Int("num_key_value_heads", 1, c.num_attention_heads);
+  c.vocab_size = f.Int("vocab_size", 1);
+  if (f.Has("head_dim")) {
+    c.head_dim = f.Int("head_dim", 1);
+  } else {
+    if (c.hidden_size % c.num_attention_heads != 0) {
+      Fail(file, "hidden_size (" + std::to_string(c.hidden_size) +
+                     ") is not a multiple of num_attention_heads (" +
+                     std::to_string(c.num_attention_heads) + ") and head_dim is not set");
+    }
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  if (c.head_dim % 2 != 0) {
+    Fail(file, "head_dim (" + std::to_string(c.head_dim) + ") must be even for RoPE");
+  }
+  if (c.num_attention_heads % c.num_key_value_heads != 0) {
+    Fail(file, "num_attention_heads (" + std::to_string(c.num_attention_heads) +
+                   ") is not a multiple of num_key_value_heads (" +
+                   std::to_string(c.num_key_value_heads) + ")");
+  }
+  c.max_position_embeddings = f.Int("max_position_embeddings", 1, c.max_position_embeddings);
+  c.rms_norm_eps = f.Positive("rms_norm_eps", c.rms_norm_eps);
+  c.rope_theta = f.Positive("rope_theta", c.rope_theta);
+  c.rope_scaling = ParseRopeScaling(f);
+  c.tie_word_embeddings = f.Bool("tie_word_embeddings", false);
+  if (f.Has("torch_dtype") && f.At("torch_dtype").is_string()) {
+    c.torch_dtype = f.At("torch_dtype").get<std::string>();
+  }
+  c.bos_token_id = f.Int("bos_token_id", 0, c.bos_token_id);
+  c.eos_token_ids = f.IntList("eos_token_id");
+  return c;
+}
+
+std::string ParseChatTemplate(const json& v, const std::string& file) {
+  if (v.is_null()) return "";
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_array()) {  // [{"name": "default", "template": "..."}, {"name": "tool_use", ...}]
+    for (const json& e : v) {
+      if (e.is_object() && e.value("name", json()) == "default" && e.contains("template") &&
+          e["template"].is_string()) {
+        return e["template"].get<std::string>();
+      }
+    }
+    return "";
+  }
+  Fail(file, "field 'chat_template' must be a string or a list of {name, template}");
+}
+
+}  // namespace
+
+std::vector<float> ModelConfig::RopeInvFreq() const {
+  const int half = head_dim / 2;
+  std::vector<float> out(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i) {
+    double inv = 1.0 / std::pow(rope_theta, (2.0 * i) / head_dim);
+    if (rope_scaling.type == "linear") {
+      inv /= rope_scaling.factor;
+    } else if (rope_scaling.type == "llama3") {
+      const RopeScaling& s = rope_scaling;
+      const double old_len = static_cast<double>(s.original_max_position_embeddings);
+      const double low_freq_wavelen = old_len / s.low_freq_factor;
+      const double high_freq_wavelen = old_len / s.high_freq_factor;
+      const double wavelen = 2.0 * std::numbers::pi / inv;
+      if (wavelen > low_freq_wavelen) {
+        inv /= s.factor;                          // low frequency: fully scaled
+      } else if (wavelen >= high_freq_wavelen) {  // medium: interpolate
+        const double smooth =
+            (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        inv = (1.0 - smooth) * inv / s.factor + smooth * inv;
+      }  // high frequency: unchanged
+    }
+    out[static_cast<size_t>(i)] = static_cast<float>(inv);
+  }
+  return out;
+}
+
+ModelFiles LoadModelFiles(const std::string& dir) {
+  std::error_code ec;
+  const fs::path d(dir);
+  if (!fs::is_directory(d, ec)) Fail(dir, "model directory not found");
+  ModelFiles mf;
+  mf.dir = dir;
+
+  const fs::path config_path = d / "config.json";
+  if (!fs::exists(config_path, ec)) Fail(config_path.string(), "not found");
+  mf.config = ParseConfig(ReadJsonObject(config_path), config_path.string());
+
+  const fs::path gen_path = d / "generation_config.json";
+  if (fs::exists(gen_path, ec)) {
+    const json j = ReadJsonObject(gen_path);
+    const Fields f(j, gen_path.string());
+    GenerationDefaults& g = mf.generation;
+    g.present = true;
+    if (f.Has("temperature")) {
+      if (!f.At("temperature").is_number() || f.At("temperature").get<double>() < 0) {
+        Fail(f.file(), "field 'temperature' must be a number >= 0");
+      }
+      g.temperature = f.At("temperature").get<double>();
+    }
+    g.top_p = f.Positive("top_p", g.top_p);
+    g.top_k = f.Int("top_k", 0, g.top_k);
+    g.repetition_penalty = f.Positive("repetition_penalty", g.repetition_penalty);
+    mf.config.bos_token_id = f.Int("bos_token_id", 0, mf.config.bos_token_id);
+    std::vector<int32_t> eos = f.IntList("eos_token_id");
+    if (!eos.empty()) mf.config.eos_token_ids = std::move(eos);
+  }
+
+  const fs::path tok_path = d / "tokenizer_config.json";
+  if (fs::exists(tok_path, ec)) {
+    const json j = ReadJsonObject(tok_path);
+    const Fields f(j, tok_path.string());
+    mf.tokenizer.add_bos_token = f.Bool("add_bos_token", true);
+    mf.tokenizer.add_eos_token = f.Bool("add_eos_token", false);
+    if (j.contains("chat_template")) {
+      mf.tokenizer.chat_template = ParseChatTemplate(j["chat_template"], f.file());
+    }
+  }
+  // Newer transformers save the template beside tokenizer_config.json.
+  const fs::path jinja_path = d / "chat_template.jinja";
+  if (mf.tokenizer.chat_template.empty() && fs::exists(jinja_path, ec)) {
+    std::ifstream in(jinja_path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    mf.tokenizer.chat_template = ss.str();
+  }
+  return mf;
+}
+
+}  // namespace tq
