@@ -2,7 +2,7 @@
 # (third-party headers come in as SYSTEM includes and are not affected).
 function(tq_target_warnings target)
   target_compile_options(${target} PRIVATE
-    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror -Wno-error=deprecated-declarations>
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror -Wno-psabi>
     $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings -Xcompiler=-Wall,-Wextra,-Werror>)
 endfunction()
 

@@ -56,7 +56,7 @@ struct MatMulParams {
 /// each head, pairs (i, i + head_dim/2) rotate by angle pos · inv_freq[i]
 /// (Su et al. 2021, RoFormer; HF LlamaRotaryEmbedding).
 struct RopeParams {
-  float* x = nullptr;                 // [num_tokens, num_heads, head_dim]
+  float* x = nullptr;                  // [num_tokens, num_heads, head_dim]
   const int32_t* positions = nullptr;  // [num_tokens]
   const float* inv_freq = nullptr;     // [head_dim / 2], rope_scaling already applied
   int32_t num_tokens = 0;

@@ -1,0 +1,175 @@
+#include "engine/model/llama_model.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace tq {
+namespace {
+
+void CheckBatch(const ForwardBatch& b, const ModelConfig& c, const kernels::KvLayout& layout) {
+  const size_t n = b.token_ids.size();
+  if (b.positions.size() != n || b.token_seq.size() != n || b.slot_mapping.size() != n) {
+    throw std::invalid_argument("ForwardBatch: per-token vectors differ in size");
+  }
+  if (b.block_tables.size() != static_cast<size_t>(b.num_seqs) * b.max_blocks_per_seq) {
+    throw std::invalid_argument("ForwardBatch: block_tables size != num_seqs * max_blocks");
+  }
+  const int64_t num_slots = static_cast<int64_t>(layout.num_blocks) * layout.block_size;
+  for (size_t t = 0; t < n; ++t) {
+    if (b.token_ids[t] < 0 || b.token_ids[t] >= c.vocab_size) {
+      throw std::invalid_argument("ForwardBatch: token id " + std::to_string(b.token_ids[t]) +
+                                  " out of range [0, " + std::to_string(c.vocab_size) + ")");
+    }
+    if (b.token_seq[t] < 0 || b.token_seq[t] >= b.num_seqs || b.positions[t] < 0 ||
+        b.positions[t] >= b.max_blocks_per_seq * layout.block_size ||
+        b.slot_mapping[t] >= num_slots) {
+      throw std::invalid_argument("ForwardBatch: token " + std::to_string(t) +
+                                  " has an invalid sequence, position or slot");
+    }
+  }
+  for (int32_t i : b.logit_indices) {
+    if (i < 0 || static_cast<size_t>(i) >= n) {
+      throw std::invalid_argument("ForwardBatch: logit index out of range");
+    }
+  }
+}
+
+}  // namespace
+
+kernels::WeightView ViewWeight(const kernels::BackendBuffer& buffer, int32_t out_features,
+                               int32_t in_features) {
+  return kernels::WeightView{buffer.data(), kernels::WeightDtype::kF32, out_features, in_features};
+}
+
+LlamaModel::LlamaModel(const ModelConfig& config, LlamaWeights weights, kernels::Backend* backend)
+    : config_(config), weights_(std::move(weights)), backend_(backend) {
+  const std::vector<float> inv_freq = config_.RopeInvFreq();
+  inv_freq_ = kernels::BackendBuffer(backend_, inv_freq.size() * sizeof(float));
+  backend_->CopyToDevice(inv_freq_.data(), inv_freq.data(), inv_freq.size() * sizeof(float));
+}
+
+void LlamaModel::EnsureWorkspace(int32_t num_tokens, int32_t num_logits) {
+  const ModelConfig& c = config_;
+  if (num_tokens > capacity_tokens_) {
+    const size_t n = num_tokens;
+    auto alloc = [&](size_t elems) { return kernels::BackendBuffer(backend_, elems * 4); };
+    ids_ = alloc(n);
+    positions_ = alloc(n);
+    token_seq_ = alloc(n);
+    slots_ = alloc(n);
+    hidden_ = alloc(n * c.hidden_size);
+    normed_ = alloc(n * c.hidden_size);
+    q_ = alloc(n * c.num_attention_heads * c.head_dim);
+    k_ = alloc(n * c.num_key_value_heads * c.head_dim);
+    v_ = alloc(n * c.num_key_value_heads * c.head_dim);
+    attn_ = alloc(n * c.num_attention_heads * c.head_dim);
+    gate_ = alloc(n * c.intermediate_size);
+    up_ = alloc(n * c.intermediate_size);
+    capacity_tokens_ = num_tokens;
+  }
+  if (num_logits > capacity_logits_) {
+    last_hidden_ = kernels::BackendBuffer(backend_, size_t{4} * num_logits * c.hidden_size);
+    logits_ = kernels::BackendBuffer(backend_, size_t{4} * num_logits * c.vocab_size);
+    capacity_logits_ = num_logits;
+  }
+}
+
+void LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& cache,
+                         std::vector<float>* logits) {
+  CheckBatch(batch, config_, cache.layout());
+  const ModelConfig& c = config_;
+  const int32_t n = batch.num_tokens();
+  const int32_t num_logits = static_cast<int32_t>(batch.logit_indices.size());
+  logits->assign(static_cast<size_t>(num_logits) * c.vocab_size, 0.0f);
+  if (n == 0) return;
+  EnsureWorkspace(n, num_logits);
+
+  auto upload = [&](kernels::BackendBuffer& dst, const std::vector<int32_t>& src) {
+    backend_->CopyToDevice(dst.data(), src.data(), src.size() * sizeof(int32_t));
+  };
+  upload(ids_, batch.token_ids);
+  upload(positions_, batch.positions);
+  upload(token_seq_, batch.token_seq);
+  upload(slots_, batch.slot_mapping);
+  const size_t table_bytes = batch.block_tables.size() * sizeof(int32_t);
+  if (table_bytes > block_tables_.bytes())
+    block_tables_ = kernels::BackendBuffer(backend_, table_bytes);
+  backend_->CopyToDevice(block_tables_.data(), batch.block_tables.data(), table_bytes);
+
+  backend_->Embedding({ids_.as<int32_t>(), weights_.embed_tokens.as<float>(), hidden_.as<float>(),
+                       n, c.vocab_size, c.hidden_size});
+  for (int32_t layer = 0; layer < c.num_hidden_layers; ++layer) {
+    const LlamaLayerWeights& w = weights_.layers[layer];
+    backend_->RmsNorm({hidden_.as<float>(), w.input_layernorm.as<float>(), normed_.as<float>(), n,
+                       c.hidden_size, static_cast<float>(c.rms_norm_eps)});
+    Attention(layer, batch, cache);
+    backend_->RmsNorm({hidden_.as<float>(), w.post_attention_layernorm.as<float>(),
+                       normed_.as<float>(), n, c.hidden_size, static_cast<float>(c.rms_norm_eps)});
+    Mlp(layer, n);
+  }
+
+  // Final norm and lm_head only for the rows whose logits are wanted.
+  float* last = last_hidden_.as<float>();
+  for (int32_t i = 0; i < num_logits; ++i) {
+    backend_->RmsNorm(
+        {hidden_.as<float>() + static_cast<size_t>(batch.logit_indices[i]) * c.hidden_size,
+         weights_.norm.as<float>(), last + static_cast<size_t>(i) * c.hidden_size, 1, c.hidden_size,
+         static_cast<float>(c.rms_norm_eps)});
+  }
+  kernels::WeightView lm_head{weights_.LmHead(), kernels::WeightDtype::kF32, c.vocab_size,
+                              c.hidden_size};
+  backend_->MatMul({last, lm_head, logits_.as<float>(), num_logits, false});
+  backend_->CopyToHost(logits->data(), logits_.data(), logits->size() * sizeof(float));
+}
+
+void LlamaModel::Attention(int32_t layer, const ForwardBatch& batch, PagedKvCache& cache) {
+  const ModelConfig& c = config_;
+  const LlamaLayerWeights& w = weights_.layers[layer];
+  const int32_t n = batch.num_tokens();
+  const int32_t q_dim = c.num_attention_heads * c.head_dim;
+  const int32_t kv_dim = c.num_key_value_heads * c.head_dim;
+  const float* x = normed_.as<float>();
+
+  backend_->MatMul({x, ViewWeight(w.q_proj, q_dim, c.hidden_size), q_.as<float>(), n, false});
+  backend_->MatMul({x, ViewWeight(w.k_proj, kv_dim, c.hidden_size), k_.as<float>(), n, false});
+  backend_->MatMul({x, ViewWeight(w.v_proj, kv_dim, c.hidden_size), v_.as<float>(), n, false});
+  backend_->Rope({q_.as<float>(), positions_.as<int32_t>(), inv_freq_.as<float>(), n,
+                  c.num_attention_heads, c.head_dim, 1.0f});
+  backend_->Rope({k_.as<float>(), positions_.as<int32_t>(), inv_freq_.as<float>(), n,
+                  c.num_key_value_heads, c.head_dim, 1.0f});
+
+  const kernels::KvLayerView view = cache.Layer(layer);
+  backend_->KvWrite({k_.as<float>(), v_.as<float>(), slots_.as<int32_t>(), n, view});
+  kernels::PagedAttentionParams p;
+  p.q = q_.as<float>();
+  p.out = attn_.as<float>();
+  p.token_seq = token_seq_.as<int32_t>();
+  p.token_pos = positions_.as<int32_t>();
+  p.block_tables = block_tables_.as<int32_t>();
+  p.num_tokens = n;
+  p.num_heads = c.num_attention_heads;
+  p.max_blocks_per_seq = batch.max_blocks_per_seq;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  p.cache = view;
+  backend_->PagedAttention(p);
+  // Residual add fused into o_proj.
+  backend_->MatMul({attn_.as<float>(), ViewWeight(w.o_proj, c.hidden_size, q_dim),
+                    hidden_.as<float>(), n, true});
+}
+
+void LlamaModel::Mlp(int32_t layer, int32_t n) {
+  const ModelConfig& c = config_;
+  const LlamaLayerWeights& w = weights_.layers[layer];
+  const float* x = normed_.as<float>();
+  backend_->MatMul({x, ViewWeight(w.gate_proj, c.intermediate_size, c.hidden_size),
+                    gate_.as<float>(), n, false});
+  backend_->MatMul(
+      {x, ViewWeight(w.up_proj, c.intermediate_size, c.hidden_size), up_.as<float>(), n, false});
+  backend_->SiluMul(
+      {gate_.as<float>(), up_.as<float>(), gate_.as<float>(), n, c.intermediate_size});
+  backend_->MatMul({gate_.as<float>(), ViewWeight(w.down_proj, c.hidden_size, c.intermediate_size),
+                    hidden_.as<float>(), n, true});
+}
+
+}  // namespace tq

@@ -1,0 +1,159 @@
+#include "engine/runtime/generator.h"
+
+#include <algorithm>
+#include <string>
+
+#include "engine/common/error.h"
+#include "engine/model/llama_weights.h"
+#include "engine/sampling/sampler.h"
+
+namespace tq {
+namespace {
+
+// Returns a sequence's blocks to the pool on every exit path.
+class ScopedBlockTable {
+ public:
+  ScopedBlockTable(BlockPool& pool, int32_t block_size) : pool_(pool), table_(block_size) {}
+  ~ScopedBlockTable() { table_.Release(pool_); }
+  BlockTable& get() { return table_; }
+
+ private:
+  BlockPool& pool_;
+  BlockTable table_;
+};
+
+}  // namespace
+
+Generator::Generator(const EngineOptions& options) : options_(options) {
+  files_ = LoadModelFiles(options.model_dir);
+  const ModelConfig& c = files_.config;
+  tokenizer_ = Tokenizer::Load(options.model_dir, files_.tokenizer);
+  backend_ = kernels::CreateCpuBackend(options.num_threads);
+  model_ = std::make_unique<LlamaModel>(c, LoadLlamaWeights(options.model_dir, c, backend_.get()),
+                                        backend_.get());
+
+  max_model_len_ = options.max_model_len > 0 ? options.max_model_len : c.max_position_embeddings;
+  if (options.block_size <= 0 || options.max_num_batched_tokens <= 0) {
+    throw Error("--block-size and --max-num-batched-tokens must be positive");
+  }
+  kernels::KvLayout layout;
+  layout.dtype = options.kv_cache_dtype;
+  layout.block_size = options.block_size;
+  layout.num_kv_heads = c.num_key_value_heads;
+  layout.head_dim = c.head_dim;
+  const int32_t blocks_for_one_seq = (max_model_len_ + layout.block_size - 1) / layout.block_size;
+  layout.num_blocks =
+      options.kv_cache_memory > 0
+          ? PagedKvCache::BlocksForBudget(options.kv_cache_memory, c.num_hidden_layers, layout)
+          : blocks_for_one_seq;
+  if (layout.num_blocks < 1) {
+    throw Error("--kv-cache-memory " + std::to_string(options.kv_cache_memory) +
+                " bytes holds no KV block (one block needs " +
+                std::to_string(PagedKvCache::BytesPerBlock(c.num_hidden_layers, layout)) +
+                " bytes)");
+  }
+  cache_ = std::make_unique<PagedKvCache>(backend_.get(), c.num_hidden_layers, layout);
+  pool_ = BlockPool(layout.num_blocks);
+}
+
+void Generator::CheckPrompt(std::span<const int32_t> prompt) const {
+  if (prompt.empty()) throw Error("prompt is empty");
+  if (static_cast<int32_t>(prompt.size()) > max_model_len_) {
+    throw Error("prompt has " + std::to_string(prompt.size()) +
+                " tokens, more than max_model_len " + std::to_string(max_model_len_));
+  }
+  for (int32_t id : prompt) {
+    if (id < 0 || id >= files_.config.vocab_size) {
+      throw Error("token id " + std::to_string(id) + " out of range [0, " +
+                  std::to_string(files_.config.vocab_size) + ")");
+    }
+  }
+}
+
+void Generator::RunChunk(std::span<const int32_t> tokens, int32_t begin, BlockTable& table,
+                         bool all_logits, std::vector<float>* logits) {
+  const int32_t end = static_cast<int32_t>(tokens.size());
+  ForwardBatch batch;
+  batch.num_seqs = 1;
+  batch.block_tables = table.blocks();
+  batch.max_blocks_per_seq = static_cast<int32_t>(batch.block_tables.size());
+  for (int32_t pos = begin; pos < end; ++pos) {
+    batch.token_ids.push_back(tokens[pos]);
+    batch.positions.push_back(pos);
+    batch.token_seq.push_back(0);
+    batch.slot_mapping.push_back(static_cast<int32_t>(table.Slot(pos)));
+    if (all_logits) batch.logit_indices.push_back(pos - begin);
+  }
+  if (!all_logits) batch.logit_indices.push_back(end - begin - 1);
+  model_->Forward(batch, *cache_, logits);
+}
+
+GenerationResult Generator::Generate(std::span<const int32_t> prompt, const SamplingParams& params,
+                                     const std::function<void(int32_t)>& on_token) {
+  CheckPrompt(prompt);
+  if (std::string err = params.Validate(); !err.empty()) throw Error(err);
+
+  std::vector<int32_t> tokens(prompt.begin(), prompt.end());
+  const size_t prompt_len = tokens.size();
+  ScopedBlockTable scoped(pool_, cache_->layout().block_size);
+  BlockTable& table = scoped.get();
+  Sampler sampler(params);
+  GenerationResult result;
+  std::vector<float> logits;
+  const int32_t chunk = options_.max_num_batched_tokens;
+  const auto& eos = files_.config.eos_token_ids;
+
+  int32_t computed = 0;  // positions whose K/V are in the cache
+  result.finish_reason = "length";
+  while (static_cast<int32_t>(result.output_ids.size()) < params.max_tokens) {
+    const int32_t total = static_cast<int32_t>(tokens.size());
+    if (total >= max_model_len_) break;
+    if (!table.EnsureCapacity(pool_, total)) {
+      throw Error("KV cache too small for " + std::to_string(total) +
+                  " tokens; raise --kv-cache-memory");
+    }
+    // Prefill in chunks of max_num_batched_tokens; decode is a chunk of one.
+    while (computed < total) {
+      const int32_t end = std::min(total, computed + chunk);
+      RunChunk(std::span<const int32_t>(tokens.data(), end), computed, table, false, &logits);
+      computed = end;
+    }
+    const std::span<const int32_t> prompt_ids(tokens.data(), prompt_len);
+    const std::span<const int32_t> output_ids(tokens.data() + prompt_len,
+                                              tokens.size() - prompt_len);
+    const int32_t next = sampler.Sample(logits, prompt_ids, output_ids).token;
+    tokens.push_back(next);
+    result.output_ids.push_back(next);
+    if (on_token) on_token(next);
+    const bool is_eos = !params.ignore_eos && std::find(eos.begin(), eos.end(), next) != eos.end();
+    const bool is_stop = std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(),
+                                   next) != params.stop_token_ids.end();
+    if (is_eos || is_stop) {
+      result.finish_reason = "stop";
+      break;
+    }
+  }
+  return result;
+}
+
+std::vector<float> Generator::PromptLogits(std::span<const int32_t> tokens) {
+  CheckPrompt(tokens);
+  ScopedBlockTable scoped(pool_, cache_->layout().block_size);
+  BlockTable& table = scoped.get();
+  if (!table.EnsureCapacity(pool_, static_cast<int32_t>(tokens.size()))) {
+    throw Error("KV cache too small for " + std::to_string(tokens.size()) + " tokens");
+  }
+  const int32_t vocab = files_.config.vocab_size;
+  std::vector<float> all;
+  all.reserve(tokens.size() * vocab);
+  std::vector<float> logits;
+  const int32_t n = static_cast<int32_t>(tokens.size());
+  for (int32_t begin = 0; begin < n; begin += options_.max_num_batched_tokens) {
+    const int32_t end = std::min(n, begin + options_.max_num_batched_tokens);
+    RunChunk(tokens.first(end), begin, table, true, &logits);
+    all.insert(all.end(), logits.begin(), logits.end());
+  }
+  return all;
+}
+
+}  // namespace tq

@@ -1,0 +1,108 @@
+// The CPU backend: reference implementation of every op, and the default
+// backend when no GPU is present.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/half.h"
+
+namespace tq::kernels {
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int num_threads) : pool_(num_threads) {}
+
+  std::string_view Name() const override { return "cpu"; }
+
+  void* Allocate(size_t bytes) override {
+    const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    void* ptr = std::aligned_alloc(kAlignment, rounded);
+    if (!ptr) throw std::bad_alloc();
+    std::memset(ptr, 0, rounded);
+    return ptr;
+  }
+  void Free(void* ptr) override { std::free(ptr); }
+  void CopyToDevice(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+  }
+  void CopyToHost(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+  }
+
+  void Embedding(const EmbeddingParams& p) override {
+    for (int32_t t = 0; t < p.num_tokens; ++t) {
+      std::memcpy(p.out + static_cast<size_t>(t) * p.hidden,
+                  p.table + static_cast<size_t>(p.ids[t]) * p.hidden, sizeof(float) * p.hidden);
+    }
+  }
+
+  void RmsNorm(const RmsNormParams& p) override {
+    pool_.ParallelFor(p.rows, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const float* x = p.x + r * p.dim;
+        float* out = p.out + r * p.dim;
+        double sum_sq = 0.0;
+        for (int32_t i = 0; i < p.dim; ++i) sum_sq += static_cast<double>(x[i]) * x[i];
+        const float inv = 1.0f / std::sqrt(static_cast<float>(sum_sq / p.dim) + p.eps);
+        for (int32_t i = 0; i < p.dim; ++i) out[i] = x[i] * inv * p.weight[i];
+      }
+    });
+  }
+
+  void MatMul(const MatMulParams& p) override { cpu::MatMul(p, pool_); }
+
+  void Rope(const RopeParams& p) override {
+    const int32_t half = p.head_dim / 2;
+    pool_.ParallelFor(p.num_tokens, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        const float pos = static_cast<float>(p.positions[t]);
+        for (int32_t i = 0; i < half; ++i) {
+          // Angles in double: pos * inv_freq reaches 1e5 rad at long contexts,
+          // where float loses the fractional part that sin/cos need.
+          const double angle = static_cast<double>(pos) * p.inv_freq[i];
+          const float c = static_cast<float>(std::cos(angle)) * p.attention_scaling;
+          const float s = static_cast<float>(std::sin(angle)) * p.attention_scaling;
+          for (int32_t h = 0; h < p.num_heads; ++h) {
+            float* head = p.x + (t * p.num_heads + h) * p.head_dim;
+            const float x1 = head[i];
+            const float x2 = head[i + half];
+            head[i] = x1 * c - x2 * s;
+            head[i + half] = x2 * c + x1 * s;
+          }
+        }
+      }
+    });
+  }
+
+  void SiluMul(const SiluMulParams& p) override {
+    const int64_t n = static_cast<int64_t>(p.rows) * p.dim;
+    pool_.ParallelFor(n, 4096, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const float g = p.gate[i];
+        p.out[i] = g / (1.0f + std::exp(-g)) * p.up[i];
+      }
+    });
+  }
+
+  void KvWrite(const KvWriteParams& p) override { cpu::KvWrite(p); }
+
+  void PagedAttention(const PagedAttentionParams& p) override { cpu::PagedAttention(p, pool_); }
+
+ private:
+  ThreadPool pool_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> CreateCpuBackend(int num_threads) {
+  return std::make_unique<CpuBackend>(num_threads);
+}
+
+}  // namespace tq::kernels

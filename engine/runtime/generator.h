@@ -1,0 +1,83 @@
+// Single-sequence generation on a loaded model: the engine behind
+// `tqserve generate` and the model-level tests. (The continuous-batching
+// engine loop that serves many requests builds on the same pieces.)
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/kv/block_pool.h"
+#include "engine/kv/kv_cache.h"
+#include "engine/model/llama_model.h"
+#include "engine/model/model_config.h"
+#include "engine/sampling/sampling_params.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "kernels/backend.h"
+
+namespace tq {
+
+/// How to load and run a model.
+struct EngineOptions {
+  std::string model_dir;
+  int32_t num_threads = 0;  // CPU compute threads; 0 = all cores
+  kernels::KvDtype kv_cache_dtype = kernels::KvDtype::kF32;
+  int32_t block_size = 16;
+  int32_t max_model_len = 0;             // 0 = config.max_position_embeddings
+  int32_t max_num_batched_tokens = 512;  // prefill chunk size
+  size_t kv_cache_memory = 0;            // bytes; 0 = enough for one max_model_len sequence
+};
+
+/// Why generation stopped (OpenAI finish_reason): "stop" (EOS or a stop
+/// token) or "length" (max_tokens or max_model_len).
+struct GenerationResult {
+  std::vector<int32_t> output_ids;
+  std::string finish_reason;
+};
+
+/// A model loaded on the CPU backend with its tokenizer and a paged KV cache.
+/// Thread ownership: one thread at a time (not thread-safe).
+class Generator {
+ public:
+  /// Loads config, tokenizer and weights. Throws tq::Error naming the file
+  /// and the problem (missing file, corrupt safetensors, bad config).
+  explicit Generator(const EngineOptions& options);
+
+  /// Generates a continuation of `prompt` (token ids, BOS included when
+  /// wanted). on_token is called with each new token as soon as it is sampled.
+  /// Throws tq::Error when the prompt is empty, an id is out of range or the
+  /// prompt does not fit max_model_len, or params fail Validate().
+  GenerationResult Generate(std::span<const int32_t> prompt, const SamplingParams& params,
+                            const std::function<void(int32_t)>& on_token = {});
+
+  /// Logits [tokens.size(), vocab] at every position of `tokens`, computed
+  /// through the paged cache in chunks of max_num_batched_tokens.
+  std::vector<float> PromptLogits(std::span<const int32_t> tokens);
+
+  const ModelFiles& files() const { return files_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const PagedKvCache& kv_cache() const { return *cache_; }
+  const BlockPool& block_pool() const { return pool_; }
+  int32_t max_model_len() const { return max_model_len_; }
+
+ private:
+  // Runs tokens[begin, end) of a sequence whose earlier positions are cached;
+  // returns logits of every token when all_logits, else of the last.
+  void RunChunk(std::span<const int32_t> tokens, int32_t begin, BlockTable& table, bool all_logits,
+                std::vector<float>* logits);
+  void CheckPrompt(std::span<const int32_t> prompt) const;
+
+  EngineOptions options_;
+  ModelFiles files_;
+  std::unique_ptr<kernels::Backend> backend_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<PagedKvCache> cache_;
+  BlockPool pool_{0};
+  int32_t max_model_len_ = 0;
+};
+
+}  // namespace tq

@@ -1,0 +1,64 @@
+// A persistent pool of compute threads driven by one caller thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <thread>
+#include <vector>
+
+namespace tq::kernels {
+
+/// Fixed set of worker threads that spin briefly between jobs and then sleep
+/// on a futex (std::atomic::wait). The caller takes part as thread 0, so a
+/// pool of N threads starts N-1 workers. Keeping workers hot between the ops
+/// of a decode step matters on small machines: handing each op to a sleeping
+/// thread costs a scheduler time slice (see DESIGN.md "CPU threads").
+///
+/// Thread ownership: Run() must be called from one thread at a time (the
+/// engine thread); it returns when every thread has finished the job.
+class ThreadPool {
+ public:
+  /// num_threads total including the caller; <= 0 means hardware concurrency.
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return num_threads_; }
+
+  /// Runs fn(thread_index, num_threads) once on every thread.
+  void Run(const std::function<void(int, int)>& fn);
+
+  /// Splits [0, n) into contiguous ranges of at least `grain` items, one per
+  /// thread, and calls fn(begin, end) for each. Runs inline when n is small.
+  template <typename Fn>
+  void ParallelFor(int64_t n, int64_t grain, Fn&& fn) {
+    if (n <= 0) return;
+    const int64_t max_parts = grain > 0 ? (n + grain - 1) / grain : n;
+    const int parts = static_cast<int>(std::min<int64_t>(num_threads_, max_parts));
+    if (parts <= 1) {
+      fn(int64_t{0}, n);
+      return;
+    }
+    Run([&](int index, int) {
+      if (index >= parts) return;
+      const int64_t begin = n * index / parts;
+      const int64_t end = n * (index + 1) / parts;
+      if (begin < end) fn(begin, end);
+    });
+  }
+
+ private:
+  void WorkerLoop(int index);
+
+  int num_threads_;
+  std::vector<std::thread> workers_;
+  const std::function<void(int, int)>* job_ = nullptr;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace tq::kernels
