@@ -1,14 +1,127 @@
+// `tqserve make-random-model`: writes a random-weight Llama checkpoint in HF
+// layout (engine/model/random_model.h) for speed and memory work without
+// downloading real weights.
 #include <CLI/CLI.hpp>
+#include <cstdio>
+#include <memory>
+#include <optional>
 
 #include "engine/common/error.h"
+#include "engine/model/random_model.h"
 #include "server/cli_commands.h"
 
 namespace tq {
+namespace {
 
-// Placeholder until the random model writer lands (owned by the model-loading work).
+struct MakeRandomModelOptions {
+  std::string out;
+  std::string preset;
+  std::optional<int32_t> hidden, inter, layers, heads, kv_heads, head_dim, vocab;
+  std::string dtype = "f16";
+  uint64_t seed = 0;
+  uint64_t max_shard_bytes = 4ull << 30;
+  std::string tokenizer;
+};
+
+// Parameter count of a Llama model with this config.
+uint64_t NumParams(const ModelConfig& c) {
+  const uint64_t h = c.hidden_size, q = uint64_t(c.num_attention_heads) * c.head_dim;
+  const uint64_t kv = uint64_t(c.num_key_value_heads) * c.head_dim;
+  const uint64_t layer = 2 * h + h * q + 2 * kv * h + q * h + 3 * uint64_t(c.intermediate_size) * h;
+  const uint64_t embed = uint64_t(c.vocab_size) * h;
+  return embed * (c.tie_word_embeddings ? 1 : 2) + uint64_t(c.num_hidden_layers) * layer + h;
+}
+
+void Run(const MakeRandomModelOptions& o) {
+  ModelConfig c;
+  if (!o.preset.empty()) {
+    c = RandomModelPreset(o.preset);
+  } else {
+    const std::pair<const std::optional<int32_t>*, const char*> required[] = {
+        {&o.hidden, "--hidden-size"},
+        {&o.inter, "--intermediate-size"},
+        {&o.layers, "--num-layers"},
+        {&o.heads, "--num-heads"},
+        {&o.vocab, "--vocab-size"}};
+    for (const auto& [v, flag] : required) {
+      if (!*v) throw Error(std::string(flag) + ": required when --preset is not given");
+    }
+    c.architecture = "LlamaForCausalLM";
+    c.rms_norm_eps = 1e-5;
+    c.eos_token_ids = {2};
+  }
+  const bool mha = c.num_key_value_heads == c.num_attention_heads;
+  if (o.hidden) c.hidden_size = *o.hidden;
+  if (o.inter) c.intermediate_size = *o.inter;
+  if (o.layers) c.num_hidden_layers = *o.layers;
+  if (o.heads) c.num_attention_heads = *o.heads;
+  if (o.vocab) c.vocab_size = *o.vocab;
+  // Derived sizes follow the flags that changed unless given explicitly.
+  if (o.kv_heads) {
+    c.num_key_value_heads = *o.kv_heads;
+  } else if (mha || o.preset.empty()) {
+    c.num_key_value_heads = c.num_attention_heads;
+  }
+  if (o.head_dim) {
+    c.head_dim = *o.head_dim;
+  } else if (o.hidden || o.heads || o.preset.empty()) {
+    if (c.num_attention_heads <= 0 || c.hidden_size % c.num_attention_heads != 0) {
+      throw Error("--hidden-size must be a multiple of --num-heads when --head-dim is not given");
+    }
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+
+  RandomModelSpec spec;
+  spec.config = c;
+  spec.seed = o.seed;
+  spec.max_shard_bytes = o.max_shard_bytes;
+  if (o.dtype == "f16")
+    spec.dtype = TensorDtype::kF16;
+  else if (o.dtype == "bf16")
+    spec.dtype = TensorDtype::kBF16;
+  else if (o.dtype == "f32")
+    spec.dtype = TensorDtype::kF32;
+  else
+    throw Error("--dtype: unknown dtype '" + o.dtype + "' (expected f16, bf16 or f32)");
+
+  WriteRandomModel(o.out, spec, o.tokenizer);
+  const uint64_t params = NumParams(c);
+  const uint64_t bytes = params * TensorDtypeBytes(spec.dtype);
+  std::printf("wrote %s: %llu parameters (%.1fM), %llu bytes of %s weights (%.2f GiB)\n",
+              o.out.c_str(), static_cast<unsigned long long>(params), params / 1e6,
+              static_cast<unsigned long long>(bytes), TensorDtypeName(spec.dtype),
+              bytes / double(1ull << 30));
+}
+
+}  // namespace
+
 void AddMakeRandomModelCommand(CLI::App& app) {
+  auto opts = std::make_shared<MakeRandomModelOptions>();
   auto* cmd = app.add_subcommand("make-random-model", "Write a random-weight HF checkpoint");
-  cmd->callback([] { throw Error("make-random-model: not built yet"); });
+  std::string presets;
+  for (const auto& n : RandomModelPresetNames()) presets += (presets.empty() ? "" : ", ") + n;
+  cmd->add_option("--out", opts->out, "Output directory")->required();
+  cmd->add_option("--preset", opts->preset, "Size preset: " + presets);
+  cmd->add_option("--hidden-size", opts->hidden, "Hidden size")->check(CLI::PositiveNumber);
+  cmd->add_option("--intermediate-size", opts->inter, "MLP size")->check(CLI::PositiveNumber);
+  cmd->add_option("--num-layers", opts->layers, "Decoder layers")->check(CLI::PositiveNumber);
+  cmd->add_option("--num-heads", opts->heads, "Attention heads")->check(CLI::PositiveNumber);
+  cmd->add_option("--num-kv-heads", opts->kv_heads, "KV heads (GQA); default: --num-heads")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--head-dim", opts->head_dim, "Head dimension; default hidden/heads")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--vocab-size", opts->vocab, "Vocabulary size")->check(CLI::PositiveNumber);
+  cmd->add_option("--dtype", opts->dtype, "Weight dtype: f16, bf16 or f32")
+      ->check(CLI::IsMember({"f16", "bf16", "f32"}))
+      ->capture_default_str();
+  cmd->add_option("--seed", opts->seed, "RNG seed")->capture_default_str();
+  cmd->add_option("--max-shard-bytes", opts->max_shard_bytes,
+                  "Split weights into shards of at most this many bytes")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--tokenizer", opts->tokenizer,
+                  "SentencePiece tokenizer.model to copy into the checkpoint (default: none)");
+  cmd->callback([opts] { Run(*opts); });
 }
 
 }  // namespace tq

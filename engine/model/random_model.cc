@@ -1,0 +1,353 @@
+// Random-weight Llama checkpoints in HF layout. Weights are deterministic in
+// (seed, tensor name, position) and independent of the thread count: each
+// tensor is cut into fixed chunks with their own splitmix64 stream, drawn by
+// all hardware threads, so writing a 7B model is bound by the disk.
+#include "engine/model/random_model.h"
+
+#include <sentencepiece_processor.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "engine/common/error.h"
+#include "kernels/half.h"
+
+namespace tq {
+namespace {
+
+namespace fs = std::filesystem;
+using ojson = nlohmann::ordered_json;
+
+constexpr float kWeightStd = 0.02f;  // HF LlamaConfig.initializer_range
+constexpr size_t kChunkElems = size_t{1} << 20;
+
+uint64_t SplitMix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t Fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// Approximately N(0, 1): Irwin-Hall sum of four 16-bit uniforms from one
+// 64-bit draw, centred and scaled to unit variance (tails cut at 3.46 sigma).
+inline float Gaussian(uint64_t r) {
+  const uint32_t sum =
+      static_cast<uint32_t>((r & 0xffff) + ((r >> 16) & 0xffff) + ((r >> 32) & 0xffff) + (r >> 48));
+  constexpr float kScale = 1.7320508f / 65536.0f;  // sqrt(3) / 2^16
+  return (static_cast<float>(sum) - 131070.0f) * kScale;
+}
+
+void StoreFloat(float v, TensorDtype dtype, uint8_t* dst) {
+  switch (dtype) {
+    case TensorDtype::kF32:
+      std::memcpy(dst, &v, 4);
+      break;
+    case TensorDtype::kF16: {
+      const uint16_t h = kernels::FloatToHalf(v);
+      std::memcpy(dst, &h, 2);
+      break;
+    }
+    case TensorDtype::kBF16: {
+      const uint16_t h = kernels::FloatToBf16(v);
+      std::memcpy(dst, &h, 2);
+      break;
+    }
+  }
+}
+
+// Fills dst with N(0, std²) (or the constant `value` when random is false).
+void FillTensor(uint8_t* dst, size_t nbytes, TensorDtype dtype, bool random, float value,
+                uint64_t tensor_seed) {
+  const size_t esize = TensorDtypeBytes(dtype);
+  const size_t n = nbytes / esize;
+  const size_t chunks = (n + kChunkElems - 1) / kChunkElems;
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t c; (c = next.fetch_add(1)) < chunks;) {
+      uint64_t state = tensor_seed ^ (c * 0xd1b54a32d192ed03ull);
+      SplitMix64(state);
+      const size_t end = std::min(n, (c + 1) * kChunkElems);
+      for (size_t i = c * kChunkElems; i < end; ++i) {
+        const float v = random ? kWeightStd * Gaussian(SplitMix64(state)) : value;
+        StoreFloat(v, dtype, dst + i * esize);
+      }
+    }
+  };
+  const size_t threads =
+      std::min<size_t>(chunks, std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+}
+
+void CheckSpec(const std::string& out_dir, const ModelConfig& c) {
+  auto positive = [&](int64_t v, const char* name) {
+    if (v <= 0)
+      throw Error(out_dir + ": " + name + " must be positive (got " + std::to_string(v) + ")");
+  };
+  positive(c.hidden_size, "hidden_size");
+  positive(c.intermediate_size, "intermediate_size");
+  positive(c.num_hidden_layers, "num_hidden_layers");
+  positive(c.num_attention_heads, "num_attention_heads");
+  positive(c.num_key_value_heads, "num_key_value_heads");
+  positive(c.head_dim, "head_dim");
+  positive(c.vocab_size, "vocab_size");
+  if (c.num_attention_heads % c.num_key_value_heads != 0) {
+    throw Error(out_dir + ": num_attention_heads (" + std::to_string(c.num_attention_heads) +
+                ") is not a multiple of num_key_value_heads (" +
+                std::to_string(c.num_key_value_heads) + ")");
+  }
+  if (c.head_dim % 2 != 0) throw Error(out_dir + ": head_dim must be even for RoPE");
+}
+
+void WriteJson(const fs::path& p, const ojson& j) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << j.dump(2) << "\n";
+  out.close();
+  if (!out) throw Error(p.string() + ": write failed");
+}
+
+const char* TorchDtype(TensorDtype d) {
+  switch (d) {
+    case TensorDtype::kF32:
+      return "float32";
+    case TensorDtype::kF16:
+      return "float16";
+    case TensorDtype::kBF16:
+      return "bfloat16";
+  }
+  return "float32";
+}
+
+ojson ConfigJson(const ModelConfig& c, TensorDtype dtype) {
+  ojson j;
+  j["architectures"] = {"LlamaForCausalLM"};
+  j["model_type"] = "llama";
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.intermediate_size;
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["num_key_value_heads"] = c.num_key_value_heads;
+  j["head_dim"] = c.head_dim;
+  j["vocab_size"] = c.vocab_size;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["rope_theta"] = c.rope_theta;
+  if (c.rope_scaling.type == "default") {
+    j["rope_scaling"] = nullptr;
+  } else {
+    j["rope_scaling"] = {{"rope_type", c.rope_scaling.type}, {"factor", c.rope_scaling.factor}};
+    if (c.rope_scaling.type == "llama3") {
+      j["rope_scaling"]["low_freq_factor"] = c.rope_scaling.low_freq_factor;
+      j["rope_scaling"]["high_freq_factor"] = c.rope_scaling.high_freq_factor;
+      j["rope_scaling"]["original_max_position_embeddings"] =
+          c.rope_scaling.original_max_position_embeddings;
+    }
+  }
+  j["hidden_act"] = "silu";
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["torch_dtype"] = TorchDtype(dtype);
+  j["bos_token_id"] = c.bos_token_id;
+  if (c.eos_token_ids.size() == 1) {
+    j["eos_token_id"] = c.eos_token_ids[0];
+  } else {
+    j["eos_token_id"] = c.eos_token_ids;
+  }
+  j["attention_bias"] = false;
+  j["mlp_bias"] = false;
+  j["initializer_range"] = 0.02;
+  return j;
+}
+
+// Tensor list in HF file order: embeddings, layers, final norm, lm_head.
+std::vector<TensorToWrite> TensorList(const RandomModelSpec& spec) {
+  const ModelConfig& c = spec.config;
+  const int64_t h = c.hidden_size, inter = c.intermediate_size, vocab = c.vocab_size;
+  const int64_t q = int64_t{c.num_attention_heads} * c.head_dim;
+  const int64_t kv = int64_t{c.num_key_value_heads} * c.head_dim;
+  std::vector<TensorToWrite> out;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool random) {
+    const TensorDtype dtype = spec.dtype;
+    uint64_t seed_state = spec.seed ^ Fnv1a(name);
+    const uint64_t tensor_seed = SplitMix64(seed_state);
+    out.push_back({name, dtype, std::move(shape), [=](uint8_t* dst, size_t nbytes) {
+                     FillTensor(dst, nbytes, dtype, random, 1.0f, tensor_seed);
+                   }});
+  };
+  add("model.embed_tokens.weight", {vocab, h}, true);
+  for (int32_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    add(p + "input_layernorm.weight", {h}, false);
+    add(p + "self_attn.q_proj.weight", {q, h}, true);
+    add(p + "self_attn.k_proj.weight", {kv, h}, true);
+    add(p + "self_attn.v_proj.weight", {kv, h}, true);
+    add(p + "self_attn.o_proj.weight", {h, q}, true);
+    add(p + "post_attention_layernorm.weight", {h}, false);
+    add(p + "mlp.gate_proj.weight", {inter, h}, true);
+    add(p + "mlp.up_proj.weight", {inter, h}, true);
+    add(p + "mlp.down_proj.weight", {h, inter}, true);
+  }
+  add("model.norm.weight", {h}, false);
+  if (!c.tie_word_embeddings) add("lm_head.weight", {vocab, h}, true);
+  return out;
+}
+
+uint64_t TensorBytes(const TensorToWrite& t) {
+  uint64_t n = TensorDtypeBytes(t.dtype);
+  for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+std::string ShardName(size_t i, size_t n) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", i + 1, n);
+  return buf;
+}
+
+}  // namespace
+
+ModelConfig RandomModelPreset(const std::string& name) {
+  ModelConfig c;
+  c.architecture = "LlamaForCausalLM";
+  c.rms_norm_eps = 1e-5;
+  c.bos_token_id = 1;
+  c.eos_token_ids = {2};
+  if (name == "llama2-7b") {  // meta-llama/Llama-2-7b-hf config.json
+    c.hidden_size = 4096;
+    c.intermediate_size = 11008;
+    c.num_hidden_layers = 32;
+    c.num_attention_heads = 32;
+    c.num_key_value_heads = 32;
+    c.head_dim = 128;
+    c.vocab_size = 32000;
+    c.max_position_embeddings = 4096;
+  } else if (name == "llama3-8b") {  // meta-llama/Meta-Llama-3-8B config.json
+    c.hidden_size = 4096;
+    c.intermediate_size = 14336;
+    c.num_hidden_layers = 32;
+    c.num_attention_heads = 32;
+    c.num_key_value_heads = 8;
+    c.head_dim = 128;
+    c.vocab_size = 128256;
+    c.max_position_embeddings = 8192;
+    c.rope_theta = 500000.0;
+    c.bos_token_id = 128000;
+    c.eos_token_ids = {128001};
+  } else if (name == "tiny-100m") {
+    // 105.8M parameters: 2 x 24.6M embeddings (untied) + 8 x 7.08M layers.
+    c.hidden_size = 768;
+    c.intermediate_size = 2048;
+    c.num_hidden_layers = 8;
+    c.num_attention_heads = 12;
+    c.num_key_value_heads = 12;
+    c.head_dim = 64;
+    c.vocab_size = 32000;
+    c.max_position_embeddings = 2048;
+  } else {
+    std::string names;
+    for (const auto& n : RandomModelPresetNames()) names += (names.empty() ? "" : ", ") + n;
+    throw Error("unknown random model preset '" + name + "' (known: " + names + ")");
+  }
+  return c;
+}
+
+std::vector<std::string> RandomModelPresetNames() {
+  return {"llama2-7b", "llama3-8b", "tiny-100m"};
+}
+
+void WriteRandomModel(const std::string& out_dir, const RandomModelSpec& spec,
+                      const std::string& tokenizer_model_path) {
+  RandomModelSpec s = spec;
+  s.config.architecture = "LlamaForCausalLM";
+  CheckSpec(out_dir, s.config);
+  if (s.max_shard_bytes == 0) throw Error(out_dir + ": max_shard_bytes must be positive");
+  const fs::path dir(out_dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) {
+    throw Error(out_dir + ": cannot create directory: " + ec.message());
+  }
+
+  if (!tokenizer_model_path.empty()) {
+    sentencepiece::SentencePieceProcessor sp;
+    const auto status = sp.Load(tokenizer_model_path);
+    if (!status.ok()) {
+      throw Error(tokenizer_model_path + ": not a SentencePiece model: " + status.ToString());
+    }
+    if (sp.GetPieceSize() > s.config.vocab_size) {
+      throw Error(tokenizer_model_path + ": tokenizer has " + std::to_string(sp.GetPieceSize()) +
+                  " tokens, more than vocab_size " + std::to_string(s.config.vocab_size));
+    }
+    if (sp.bos_id() >= 0) s.config.bos_token_id = sp.bos_id();
+    if (sp.eos_id() >= 0) s.config.eos_token_ids = {sp.eos_id()};
+    fs::copy_file(tokenizer_model_path, dir / "tokenizer.model",
+                  fs::copy_options::overwrite_existing, ec);
+    if (ec) throw Error((dir / "tokenizer.model").string() + ": copy failed: " + ec.message());
+  }
+
+  // Stale weights from an earlier run would shadow (index) or mix with the new ones.
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string fname = entry.path().filename().string();
+    if (fname == "model.safetensors" || fname == "model.safetensors.index.json" ||
+        (fname.starts_with("model-") && fname.ends_with(".safetensors"))) {
+      fs::remove(entry.path(), ec);
+    }
+  }
+
+  WriteJson(dir / "config.json", ConfigJson(s.config, s.dtype));
+  ojson gen;
+  gen["bos_token_id"] = s.config.bos_token_id;
+  gen["eos_token_id"] = s.config.eos_token_ids.size() == 1 ? ojson(s.config.eos_token_ids[0])
+                                                           : ojson(s.config.eos_token_ids);
+  WriteJson(dir / "generation_config.json", gen);
+  ojson tok;
+  tok["tokenizer_class"] = "LlamaTokenizer";
+  tok["add_bos_token"] = true;
+  tok["add_eos_token"] = false;
+  tok["model_max_length"] = s.config.max_position_embeddings;
+  WriteJson(dir / "tokenizer_config.json", tok);
+
+  // Greedy sharding in file order, as transformers' save_pretrained does.
+  std::vector<TensorToWrite> tensors = TensorList(s);
+  std::vector<std::vector<TensorToWrite>> shards(1);
+  uint64_t shard_bytes = 0, total = 0;
+  for (TensorToWrite& t : tensors) {
+    const uint64_t b = TensorBytes(t);
+    if (!shards.back().empty() && shard_bytes + b > s.max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shard_bytes += b;
+    total += b;
+    shards.back().push_back(std::move(t));
+  }
+  const std::map<std::string, std::string> meta = {{"format", "pt"}};
+  if (shards.size() == 1) {
+    WriteSafetensors((dir / "model.safetensors").string(), shards[0], meta);
+    return;
+  }
+  ojson index;
+  index["metadata"] = {{"total_size", total}};
+  index["weight_map"] = ojson::object();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const std::string name = ShardName(i, shards.size());
+    WriteSafetensors((dir / name).string(), shards[i], meta);
+    for (const TensorToWrite& t : shards[i]) index["weight_map"][t.name] = name;
+  }
+  WriteJson(dir / "model.safetensors.index.json", index);
+}
+
+}  // namespace tq
