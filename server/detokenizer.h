@@ -11,9 +11,11 @@ namespace tq {
 
 /// Turns a stream of generated token ids into text deltas that are always
 /// valid UTF-8: a byte-fallback sequence split across tokens (é, 中, 😀) is
-/// held back until complete, and SentencePiece's leading-space rule is
-/// honoured as if the whole output were decoded at once (the concatenated
-/// deltas equal Decode(all ids)). Prefix-window approach as in vLLM's
+/// held back until complete. Convention (vLLM's): the concatenated deltas plus
+/// Flush() equal Decode(prompt + output) minus Decode(prompt). So the first
+/// output piece "▁Once" after a prompt "Hello" gives " Once", while after an
+/// empty or BOS-only prompt SentencePiece's start-of-text rule drops the space
+/// and the deltas equal Decode(output). Prefix-window approach as in vLLM's
 /// detokenize_incrementally, so each step costs O(window), not O(length).
 /// Not thread-safe; one per sequence.
 class IncrementalDetokenizer {
@@ -32,6 +34,10 @@ class IncrementalDetokenizer {
   std::vector<int32_t> ids_;
   size_t prefix_offset_ = 0;  // start of the context window
   size_t read_offset_ = 0;    // tokens before this are already emitted
+  int32_t anchor_id_ = -1;    // non-space piece decoded before mid-text windows
+
+  std::string DecodeWindow(size_t begin, size_t end) const;
+  std::string Emit(bool final);
 };
 
 }  // namespace tq

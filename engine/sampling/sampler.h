@@ -10,7 +10,7 @@
 namespace tq {
 
 /// The chosen token and its log-probability under the final (processed)
-/// distribution; for greedy, the log-softmax of the raw logits.
+/// distribution; for greedy, the log-softmax of the logits after penalties.
 struct SampledToken {
   int32_t token = -1;
   float logprob = 0.0f;

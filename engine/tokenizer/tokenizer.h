@@ -32,7 +32,9 @@ class Tokenizer {
   /// gives just the special tokens.
   std::vector<int32_t> Encode(std::string_view text, bool add_special = true) const;
   /// Text of `ids` (byte-fallback pieces become their bytes; invalid UTF-8 is
-  /// replaced by U+FFFD). Control tokens (BOS/EOS/UNK) are skipped.
+  /// replaced by U+FFFD). Control tokens (BOS/EOS) and out-of-range ids are
+  /// skipped; <unk> is not a control token and renders as " ⁇ ", as in
+  /// sentencepiece.
   std::string Decode(std::span<const int32_t> ids) const;
   /// The piece string of one id (e.g. "▁time", "<0x0A>"); "" when out of range.
   std::string IdToPiece(int32_t id) const;
