@@ -1,0 +1,250 @@
+// config.json / generation_config.json / tokenizer_config.json loading. The
+// bundled model is checked against the numbers in its config.json; the llama3
+// RoPE values come from a numpy transcription of HF transformers'
+// _compute_llama3_parameters (Llama 3.1 8B settings).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "engine/common/error.h"
+#include "engine/model/model_config.h"
+
+namespace tq {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class ModelConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("tq_cfg_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  void Write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name) << text;
+  }
+  // A valid minimal config.json with `extra` fields spliced in (later keys win in nlohmann).
+  void WriteConfig(const std::string& extra = "") {
+    Write("config.json", R"({"architectures":["LlamaForCausalLM"],"hidden_size":64,)"
+                         R"("intermediate_size":128,"num_hidden_layers":2,)"
+                         R"("num_attention_heads":4,"vocab_size":100)" +
+                             extra + "}");
+  }
+  void ExpectError(const std::string& file, const std::string& problem) {
+    try {
+      LoadModelFiles(dir_.string());
+      ADD_FAILURE() << "no error; expected " << problem;
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr((dir_ / file).string()));
+      EXPECT_THAT(e.what(), HasSubstr(problem));
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+    }
+  }
+  ModelConfig Load() { return LoadModelFiles(dir_.string()).config; }
+
+  fs::path dir_;
+};
+
+TEST_F(ModelConfigTest, BundledModelMatchesItsConfigJson) {
+  const ModelFiles mf = LoadModelFiles(TQ_MODEL_DIR);
+  const ModelConfig& c = mf.config;
+  EXPECT_EQ(mf.dir, TQ_MODEL_DIR);
+  EXPECT_EQ(c.architecture, "LlamaForCausalLM");
+  EXPECT_EQ(c.hidden_size, 64);
+  EXPECT_EQ(c.intermediate_size, 172);
+  EXPECT_EQ(c.num_hidden_layers, 5);
+  EXPECT_EQ(c.num_attention_heads, 8);
+  EXPECT_EQ(c.num_key_value_heads, 4);
+  EXPECT_EQ(c.head_dim, 8);
+  EXPECT_EQ(c.vocab_size, 512);
+  EXPECT_EQ(c.max_position_embeddings, 512);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-5);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 10000.0);
+  EXPECT_EQ(c.rope_scaling.type, "default");
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.torch_dtype, "float32");
+  EXPECT_EQ(c.bos_token_id, 1);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int32_t>{2});
+  EXPECT_TRUE(mf.generation.present);
+  EXPECT_DOUBLE_EQ(mf.generation.temperature, 1.0);
+  EXPECT_TRUE(mf.tokenizer.add_bos_token);
+  EXPECT_FALSE(mf.tokenizer.add_eos_token);
+  EXPECT_EQ(mf.tokenizer.chat_template, "");
+  // theta^(-2i/8) with theta = 10^4 is 10^-i.
+  const std::vector<float> inv = c.RopeInvFreq();
+  ASSERT_EQ(inv.size(), 4u);
+  EXPECT_FLOAT_EQ(inv[0], 1.0f);
+  EXPECT_FLOAT_EQ(inv[1], 0.1f);
+  EXPECT_FLOAT_EQ(inv[2], 0.01f);
+  EXPECT_FLOAT_EQ(inv[3], 0.001f);
+}
+
+TEST_F(ModelConfigTest, DefaultsAndOptionalFiles) {
+  WriteConfig();
+  const ModelFiles mf = LoadModelFiles(dir_.string());
+  EXPECT_EQ(mf.config.num_key_value_heads, 4);  // = num_attention_heads
+  EXPECT_EQ(mf.config.head_dim, 16);            // = hidden / heads
+  EXPECT_FALSE(mf.config.tie_word_embeddings);  // LlamaConfig default
+  EXPECT_EQ(mf.config.max_position_embeddings, 2048);
+  EXPECT_FALSE(mf.generation.present);
+  EXPECT_TRUE(mf.tokenizer.add_bos_token);
+  EXPECT_TRUE(mf.config.eos_token_ids.empty());
+}
+
+TEST_F(ModelConfigTest, MistralAndExplicitFields) {
+  Write("config.json",
+        R"({"architectures":["MistralForCausalLM"],"hidden_size":4096,"intermediate_size":14336,)"
+        R"("num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,)"
+        R"("vocab_size":32000,"rope_theta":1000000.0,"rms_norm_eps":1e-05,)"
+        R"("eos_token_id":[2,32000],"bos_token_id":1,"rope_scaling":null,"head_dim":null})");
+  const ModelConfig c = Load();
+  EXPECT_EQ(c.architecture, "MistralForCausalLM");
+  EXPECT_EQ(c.num_key_value_heads, 8);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int32_t>{2, 32000}));
+}
+
+TEST_F(ModelConfigTest, GenerationConfigEosWins) {
+  WriteConfig(R"(,"eos_token_id":2,"bos_token_id":1)");
+  Write("generation_config.json",
+        R"({"bos_token_id":128000,"eos_token_id":[128001,128009],"temperature":0.6,)"
+        R"("top_p":0.9,"top_k":50,"repetition_penalty":1.1,"do_sample":true})");
+  const ModelFiles mf = LoadModelFiles(dir_.string());
+  EXPECT_EQ(mf.config.eos_token_ids, (std::vector<int32_t>{128001, 128009}));
+  EXPECT_EQ(mf.config.bos_token_id, 128000);
+  EXPECT_TRUE(mf.generation.present);
+  EXPECT_DOUBLE_EQ(mf.generation.temperature, 0.6);
+  EXPECT_DOUBLE_EQ(mf.generation.top_p, 0.9);
+  EXPECT_EQ(mf.generation.top_k, 50);
+  EXPECT_DOUBLE_EQ(mf.generation.repetition_penalty, 1.1);
+}
+
+TEST_F(ModelConfigTest, TokenizerConfig) {
+  WriteConfig();
+  Write("tokenizer_config.json",
+        R"({"add_bos_token":false,"add_eos_token":true,"chat_template":"{{ messages }}"})");
+  ModelFiles mf = LoadModelFiles(dir_.string());
+  EXPECT_FALSE(mf.tokenizer.add_bos_token);
+  EXPECT_TRUE(mf.tokenizer.add_eos_token);
+  EXPECT_EQ(mf.tokenizer.chat_template, "{{ messages }}");
+  Write("tokenizer_config.json", R"({"chat_template":[{"name":"tool_use","template":"T"},)"
+                                 R"({"name":"default","template":"D"}]})");
+  mf = LoadModelFiles(dir_.string());
+  EXPECT_EQ(mf.tokenizer.chat_template, "D");
+  EXPECT_TRUE(mf.tokenizer.add_bos_token);
+  Write("tokenizer_config.json", R"({"add_bos_token":"yes"})");
+  ExpectError("tokenizer_config.json", "add_bos_token");
+}
+
+TEST_F(ModelConfigTest, RopeScalingLinearAndLlama3) {
+  WriteConfig(R"(,"rope_scaling":{"type":"linear","factor":4.0})");
+  ModelConfig c = Load();
+  EXPECT_EQ(c.rope_scaling.type, "linear");
+  std::vector<float> inv = c.RopeInvFreq();
+  ASSERT_EQ(inv.size(), 8u);  // head_dim 16
+  EXPECT_FLOAT_EQ(inv[0], 0.25f);
+  EXPECT_FLOAT_EQ(inv[4], 0.01f / 4);  // 10000^(-8/16) = 0.01
+
+  // meta-llama/Llama-3.1-8B config.json.
+  Write("config.json",
+        R"({"architectures":["LlamaForCausalLM"],"hidden_size":4096,"intermediate_size":14336,)"
+        R"("num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,)"
+        R"("vocab_size":128256,"rope_theta":500000.0,"rope_scaling":{"factor":8.0,)"
+        R"("low_freq_factor":1.0,"high_freq_factor":4.0,)"
+        R"("original_max_position_embeddings":8192,"rope_type":"llama3"}})");
+  c = Load();
+  EXPECT_EQ(c.rope_scaling.type, "llama3");
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 8.0);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 8192);
+  inv = c.RopeInvFreq();
+  ASSERT_EQ(inv.size(), 64u);
+  // Reference: numpy transcription of HF _compute_llama3_parameters.
+  const std::pair<int, double> ref[] = {{0, 1.0},
+                                        {20, 0.016560440080994446},  // high frequency: unchanged
+                                        {26, 0.004839421345719893},
+                                        {28, 0.0032114459947525913},
+                                        {30, 0.0013718935677611381},  // medium: smoothed
+                                        {31, 0.0008567514129196321},
+                                        {32, 0.0005248461609929549},
+                                        {33, 0.00031269375038406517},
+                                        {40, 3.428102195952591e-05},  // low frequency: divided by 8
+                                        {63, 3.068925988914511e-07}};
+  for (const auto& [i, v] : ref) EXPECT_NEAR(inv[i], v, v * 1e-6) << i;
+}
+
+TEST_F(ModelConfigTest, RejectsBadDirectoriesAndJson) {
+  try {
+    LoadModelFiles((dir_ / "nope").string());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), (dir_ / "nope").string() + ": model directory not found");
+  }
+  ExpectError("config.json", "config.json: not found");
+  Write("config.json", "{\"hidden_size\": 64,");
+  ExpectError("config.json", "invalid JSON");
+  Write("config.json", "[]");
+  ExpectError("config.json", "invalid JSON");
+  WriteConfig();
+  Write("generation_config.json", "{oops");
+  ExpectError("generation_config.json", "invalid JSON");
+}
+
+TEST_F(ModelConfigTest, RejectsUnsupportedArchitecture) {
+  Write("config.json", R"({"architectures":["GPT2LMHeadModel"],"n_embd":768})");
+  try {
+    LoadModelFiles(dir_.string());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              (dir_ / "config.json").string() +
+                  ": unsupported architecture 'GPT2LMHeadModel' (supported: LlamaForCausalLM, "
+                  "MistralForCausalLM)");
+  }
+}
+
+TEST_F(ModelConfigTest, RejectsBadFields) {
+  Write("config.json", R"({"architectures":["LlamaForCausalLM"],"intermediate_size":128,)"
+                       R"("num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100})");
+  ExpectError("config.json", "'hidden_size' is missing");
+  WriteConfig(R"(,"hidden_size":"64")");
+  ExpectError("config.json", "'hidden_size' must be an integer");
+  WriteConfig(R"(,"num_hidden_layers":0)");
+  ExpectError("config.json", "'num_hidden_layers' must be an integer >= 1");
+  WriteConfig(R"(,"vocab_size":-5)");
+  ExpectError("config.json", "'vocab_size'");
+  WriteConfig(R"(,"vocab_size":1e99)");
+  ExpectError("config.json", "'vocab_size'");
+  WriteConfig(R"(,"intermediate_size":99999999999)");
+  ExpectError("config.json", "'intermediate_size'");
+  WriteConfig(R"(,"num_key_value_heads":3)");
+  ExpectError("config.json",
+              "num_attention_heads (4) is not a multiple of num_key_value_heads (3)");
+  WriteConfig(R"(,"hidden_size":66)");
+  ExpectError("config.json", "hidden_size (66) is not a multiple of num_attention_heads (4)");
+  WriteConfig(R"(,"rms_norm_eps":-1)");
+  ExpectError("config.json", "'rms_norm_eps' must be a positive number");
+  WriteConfig(R"(,"tie_word_embeddings":1)");
+  ExpectError("config.json", "'tie_word_embeddings'");
+  WriteConfig(R"(,"eos_token_id":[2,"x"])");
+  ExpectError("config.json", "'eos_token_id'");
+  WriteConfig(R"(,"rope_scaling":{"rope_type":"yarn","factor":4.0})");
+  ExpectError("config.json", "unsupported rope_scaling type 'yarn'");
+  WriteConfig(R"(,"rope_scaling":{"type":"linear"})");
+  ExpectError("config.json", "rope_scaling.factor");
+  WriteConfig(R"(,"rope_scaling":[1])");
+  ExpectError("config.json", "rope_scaling");
+  WriteConfig(R"(,"architectures":[])");
+  ExpectError("config.json", "'architectures'");
+}
+
+}  // namespace
+}  // namespace tq
