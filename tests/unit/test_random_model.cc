@@ -1,0 +1,285 @@
+// Random checkpoints: presets against the published parameter counts, a small
+// sharded model written and read back through LoadModelFiles /
+// SafetensorsCheckpoint / LoadLlamaWeights, weight statistics, determinism.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "engine/common/error.h"
+#include "engine/model/llama_weights.h"
+#include "engine/model/model_config.h"
+#include "engine/model/random_model.h"
+#include "engine/model/safetensors.h"
+
+namespace tq {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+// Host-memory backend: only the memory functions LoadLlamaWeights uses.
+class HostBackend : public kernels::Backend {
+ public:
+  std::string_view Name() const override { return "host-test"; }
+  void* Allocate(size_t bytes) override {
+    allocated += bytes;
+    return std::calloc(bytes, 1);
+  }
+  void Free(void* p) override { std::free(p); }
+  void CopyToDevice(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  void CopyToHost(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  void Embedding(const kernels::EmbeddingParams&) override {}
+  void RmsNorm(const kernels::RmsNormParams&) override {}
+  void MatMul(const kernels::MatMulParams&) override {}
+  void Rope(const kernels::RopeParams&) override {}
+  void SiluMul(const kernels::SiluMulParams&) override {}
+  void KvWrite(const kernels::KvWriteParams&) override {}
+  void PagedAttention(const kernels::PagedAttentionParams&) override {}
+  size_t allocated = 0;
+};
+
+// Parameters of a Llama model, counted tensor by tensor from the HF layout.
+uint64_t CountParams(const ModelConfig& c) {
+  const uint64_t h = c.hidden_size, q = uint64_t(c.num_attention_heads) * c.head_dim;
+  const uint64_t kv = uint64_t(c.num_key_value_heads) * c.head_dim;
+  const uint64_t i = c.intermediate_size, v = c.vocab_size;
+  const uint64_t layer = h + q * h + kv * h + kv * h + h * q + h + 3 * i * h;
+  return v * h + c.num_hidden_layers * layer + h + (c.tie_word_embeddings ? 0 : v * h);
+}
+
+std::pair<double, double> MeanStd(const TensorInfo& t) {
+  std::vector<float> v(static_cast<size_t>(t.NumElements()));
+  t.ToFloat(v.data());
+  double s = 0, s2 = 0;
+  for (float x : v) {
+    s += x;
+    s2 += double(x) * x;
+  }
+  const double n = static_cast<double>(v.size());
+  return {s / n, std::sqrt(s2 / n - (s / n) * (s / n))};
+}
+
+class RandomModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("tq_rm_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  static RandomModelSpec SmallSpec() {
+    RandomModelSpec s;
+    ModelConfig& c = s.config;
+    c.hidden_size = 64;
+    c.intermediate_size = 160;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 16;
+    c.vocab_size = 512;
+    c.eos_token_ids = {2};
+    s.seed = 7;
+    s.max_shard_bytes = 40000;  // forces several shards
+    return s;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(RandomModelTest, PresetsMatchPublishedParameterCounts) {
+  // Published sizes: Llama-2-7b-hf 6,738,415,616; Meta-Llama-3-8B 8,030,261,248.
+  const ModelConfig l2 = RandomModelPreset("llama2-7b");
+  EXPECT_EQ(CountParams(l2), 6738415616ull);
+  EXPECT_EQ(l2.head_dim, 128);
+  const ModelConfig l3 = RandomModelPreset("llama3-8b");
+  EXPECT_EQ(CountParams(l3), 8030261248ull);
+  EXPECT_EQ(l3.num_key_value_heads, 8);
+  EXPECT_DOUBLE_EQ(l3.rope_theta, 500000.0);
+  const ModelConfig tiny = RandomModelPreset("tiny-100m");
+  EXPECT_GT(CountParams(tiny), 90'000'000u);
+  EXPECT_LT(CountParams(tiny), 115'000'000u);
+  EXPECT_EQ(tiny.head_dim, 64);
+  EXPECT_EQ(tiny.vocab_size, 32000);
+  EXPECT_EQ(RandomModelPresetNames().size(), 3u);
+  try {
+    RandomModelPreset("gpt-5");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("'gpt-5'"));
+    EXPECT_THAT(e.what(), HasSubstr("llama2-7b"));
+  }
+}
+
+TEST_F(RandomModelTest, ShardedModelLoadsBack) {
+  const RandomModelSpec spec = SmallSpec();
+  WriteRandomModel(dir_.string(), spec, "");
+  EXPECT_FALSE(fs::exists(dir_ / "model.safetensors"));
+  EXPECT_FALSE(fs::exists(dir_ / "tokenizer.model"));
+  // Index: HF layout, total_size = bytes of all tensors.
+  std::ifstream in(dir_ / "model.safetensors.index.json");
+  const nlohmann::json index = nlohmann::json::parse(in);
+  const uint64_t params = CountParams(spec.config);
+  EXPECT_EQ(index["metadata"]["total_size"].get<uint64_t>(), params * 2);
+  std::set<std::string> shards;
+  for (const auto& [name, file] : index["weight_map"].items()) shards.insert(file);
+  ASSERT_GE(shards.size(), 3u);
+  const std::string last = "model-0000" + std::to_string(shards.size()) + "-of-0000" +
+                           std::to_string(shards.size()) + ".safetensors";
+  EXPECT_TRUE(shards.count("model-00001-of-0000" + std::to_string(shards.size()) + ".safetensors"));
+  EXPECT_TRUE(shards.count(last));
+  // Each shard stays under the limit unless it holds one tensor larger than it
+  // (the 64 KiB embeddings), as transformers' save_pretrained does.
+  for (const auto& s : shards) {
+    const SafetensorsFile f((dir_ / s).string());
+    if (fs::file_size(dir_ / s) > 40000u + 4096u) EXPECT_EQ(f.tensors().size(), 1u) << s;
+  }
+
+  const ModelFiles mf = LoadModelFiles(dir_.string());
+  const ModelConfig& c = mf.config;
+  EXPECT_EQ(c.architecture, "LlamaForCausalLM");
+  EXPECT_EQ(c.hidden_size, 64);
+  EXPECT_EQ(c.intermediate_size, 160);
+  EXPECT_EQ(c.num_hidden_layers, 2);
+  EXPECT_EQ(c.num_attention_heads, 4);
+  EXPECT_EQ(c.num_key_value_heads, 2);
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_EQ(c.vocab_size, 512);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(c.torch_dtype, "float16");
+  EXPECT_EQ(c.eos_token_ids, std::vector<int32_t>{2});
+  EXPECT_TRUE(mf.generation.present);
+
+  const SafetensorsCheckpoint ckpt(dir_.string());
+  EXPECT_EQ(ckpt.size(), 1u + 2u * 9u + 1u + 1u);
+  const TensorInfo& k = ckpt.Require("model.layers.1.self_attn.k_proj.weight", {32, 64});
+  EXPECT_EQ(k.dtype, TensorDtype::kF16);
+  ckpt.Require("model.layers.0.mlp.down_proj.weight", {64, 160});
+  ckpt.Require("lm_head.weight", {512, 64});
+  // Weights ~ N(0, 0.02^2): embed has 32768 samples, std error of std ~1e-4.
+  const auto [mean, std] = MeanStd(ckpt.Require("model.embed_tokens.weight", {512, 64}));
+  EXPECT_NEAR(mean, 0.0, 1e-3);
+  EXPECT_NEAR(std, 0.02, 5e-4);
+  const auto [gm, gs] = MeanStd(ckpt.Require("model.layers.1.mlp.gate_proj.weight", {160, 64}));
+  EXPECT_NEAR(gm, 0.0, 1e-3);
+  EXPECT_NEAR(gs, 0.02, 8e-4);
+  const auto [nm, ns] = MeanStd(ckpt.Require("model.norm.weight", {64}));
+  EXPECT_EQ(nm, 1.0);
+  EXPECT_EQ(ns, 0.0);
+  // Different tensors get different streams.
+  std::vector<float> a(64 * 160), b(64 * 160);
+  ckpt.Require("model.layers.0.mlp.gate_proj.weight", {160, 64}).ToFloat(a.data());
+  ckpt.Require("model.layers.0.mlp.up_proj.weight", {160, 64}).ToFloat(b.data());
+  EXPECT_NE(a, b);
+
+  HostBackend backend;
+  const LlamaWeights w = LoadLlamaWeights(dir_.string(), c, &backend);
+  EXPECT_EQ(w.total_bytes, params * sizeof(float));
+  EXPECT_EQ(backend.allocated, params * sizeof(float));
+  ASSERT_EQ(w.layers.size(), 2u);
+  EXPECT_EQ(w.layers[1].k_proj.bytes(), 32u * 64u * 4u);
+  EXPECT_NE(w.LmHead(), w.embed_tokens.as<float>());
+  std::vector<float> k_ref(32 * 64);
+  k.ToFloat(k_ref.data());
+  EXPECT_EQ(0, std::memcmp(k_ref.data(), w.layers[1].k_proj.data(), k_ref.size() * 4));
+  EXPECT_EQ(w.norm.as<float>()[63], 1.0f);
+}
+
+TEST_F(RandomModelTest, DeterministicInSeed) {
+  RandomModelSpec spec = SmallSpec();
+  spec.max_shard_bytes = 1ull << 30;
+  spec.dtype = TensorDtype::kBF16;
+  WriteRandomModel((dir_ / "a").string(), spec, "");
+  WriteRandomModel((dir_ / "b").string(), spec, "");
+  spec.seed = 8;
+  WriteRandomModel((dir_ / "c").string(), spec, "");
+  auto read = [&](const char* sub) {
+    std::ifstream in(dir_ / sub / "model.safetensors", std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_FALSE(fs::exists(dir_ / "a" / "model.safetensors.index.json"));
+  EXPECT_EQ(read("a"), read("b"));
+  EXPECT_NE(read("a"), read("c"));
+  const SafetensorsFile f((dir_ / "c" / "model.safetensors").string());
+  EXPECT_EQ(f.tensors().at("lm_head.weight").dtype, TensorDtype::kBF16);
+  EXPECT_EQ(f.metadata().at("format"), "pt");
+}
+
+TEST_F(RandomModelTest, TiedF32WithTokenizerAndRewriteOverOldShards) {
+  RandomModelSpec spec = SmallSpec();
+  WriteRandomModel(dir_.string(), spec, "");  // sharded first
+  spec.config.tie_word_embeddings = true;
+  spec.dtype = TensorDtype::kF32;
+  spec.max_shard_bytes = 1ull << 30;
+  WriteRandomModel(dir_.string(), spec, std::string(TQ_MODEL_DIR) + "/tokenizer.model");
+  EXPECT_FALSE(fs::exists(dir_ / "model.safetensors.index.json"));  // stale index removed
+  EXPECT_EQ(fs::file_size(dir_ / "tokenizer.model"),
+            fs::file_size(fs::path(TQ_MODEL_DIR) / "tokenizer.model"));
+  const ModelFiles mf = LoadModelFiles(dir_.string());
+  EXPECT_TRUE(mf.config.tie_word_embeddings);
+  const SafetensorsCheckpoint ckpt(dir_.string());
+  EXPECT_EQ(ckpt.Find("lm_head.weight"), nullptr);
+  HostBackend backend;
+  const LlamaWeights w = LoadLlamaWeights(dir_.string(), mf.config, &backend);
+  EXPECT_EQ(w.total_bytes, CountParams(mf.config) * 4);
+  EXPECT_EQ(w.LmHead(), w.embed_tokens.as<float>());
+}
+
+TEST_F(RandomModelTest, BundledModelWeightsLoad) {
+  const ModelFiles mf = LoadModelFiles(TQ_MODEL_DIR);
+  HostBackend backend;
+  const LlamaWeights w = LoadLlamaWeights(TQ_MODEL_DIR, mf.config, &backend);
+  // All tensors are F32 and fill the data section: 1044984 - 8 - 4848 bytes.
+  EXPECT_EQ(w.total_bytes, 1040128u);
+  EXPECT_EQ(w.layers.size(), 5u);
+  EXPECT_EQ(w.lm_head.data(), nullptr);
+
+  ModelConfig wrong = mf.config;
+  wrong.intermediate_size = 128;
+  try {
+    LoadLlamaWeights(TQ_MODEL_DIR, wrong, &backend);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("model.safetensors"));
+    EXPECT_THAT(e.what(), HasSubstr("model.layers.0.mlp.gate_proj.weight has shape [172, 64], "
+                                    "expected [128, 64]"));
+  }
+  wrong = mf.config;
+  wrong.tie_word_embeddings = false;
+  EXPECT_THROW(LoadLlamaWeights(TQ_MODEL_DIR, wrong, &backend), Error);
+}
+
+TEST_F(RandomModelTest, RejectsBadSpecs) {
+  RandomModelSpec spec = SmallSpec();
+  spec.config.num_key_value_heads = 3;
+  try {
+    WriteRandomModel(dir_.string(), spec, "");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("num_key_value_heads (3)"));
+  }
+  spec = SmallSpec();
+  spec.config.vocab_size = 100;  // the bundled tokenizer has 512 pieces
+  try {
+    WriteRandomModel(dir_.string(), spec, std::string(TQ_MODEL_DIR) + "/tokenizer.model");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("tokenizer.model"));
+    EXPECT_THAT(e.what(), HasSubstr("512 tokens"));
+  }
+  spec = SmallSpec();
+  spec.config.hidden_size = 0;
+  EXPECT_THROW(WriteRandomModel(dir_.string(), spec, ""), Error);
+}
+
+}  // namespace
+}  // namespace tq
