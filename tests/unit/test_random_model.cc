@@ -141,7 +141,9 @@ TEST_F(RandomModelTest, ShardedModelLoadsBack) {
   // (the 64 KiB embeddings), as transformers' save_pretrained does.
   for (const auto& s : shards) {
     const SafetensorsFile f((dir_ / s).string());
-    if (fs::file_size(dir_ / s) > 40000u + 4096u) EXPECT_EQ(f.tensors().size(), 1u) << s;
+    if (fs::file_size(dir_ / s) > 40000u + 4096u) {
+      EXPECT_EQ(f.tensors().size(), 1u) << s;
+    }
   }
 
   const ModelFiles mf = LoadModelFiles(dir_.string());
