@@ -1,0 +1,205 @@
+// The tqserve binary end to end: bad model directories must fail with a
+// non-zero exit and ONE stderr line naming the file and the problem;
+// make-random-model must write a checkpoint that loads (and generates).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "engine/model/model_config.h"
+#include "engine/model/safetensors.h"
+
+namespace tq {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string Slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("tq_cli_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Runs `tqserve <args>` (args are shell-quoted by the caller), capturing stdout/stderr.
+  RunResult Run(const std::string& args) {
+    const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
+    // timeout: a hang (e.g. a deadlock on an error path) fails the test instead of blocking.
+    const std::string cmd = std::string("timeout 30 '") + TQ_BINARY + "' " + args + " >'" +
+                            out.string() + "' 2>'" + err.string() + "' </dev/null";
+    const int status = std::system(cmd.c_str());
+    RunResult r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = Slurp(out);
+    r.err = Slurp(err);
+    return r;
+  }
+
+  // Expects failure with exactly one stderr line "tqserve: error: ..." holding every needle.
+  void ExpectOneLineError(const RunResult& r, const std::vector<std::string>& needles) {
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.exit_code, 124) << "timed out (hang)";
+    EXPECT_LT(r.exit_code, 128) << "crashed: " << r.err;
+    ASSERT_FALSE(r.err.empty());
+    EXPECT_EQ(r.err.back(), '\n');
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "more than one line:\n" << r.err;
+    EXPECT_THAT(r.err, ::testing::StartsWith("tqserve: error: "));
+    for (const auto& n : needles) EXPECT_THAT(r.err, HasSubstr(n));
+  }
+
+  // A copy of the bundled model in dir_/name.
+  fs::path CopyBundled(const std::string& name) {
+    const fs::path d = dir_ / name;
+    fs::create_directories(d);
+    for (const auto& e : fs::directory_iterator(TQ_MODEL_DIR)) {
+      if (e.is_regular_file()) fs::copy_file(e.path(), d / e.path().filename());
+    }
+    return d;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(CliTest, GenerateMissingModelDir) {
+  const fs::path missing = dir_ / "no_such_model";
+  const RunResult r = Run("generate --model '" + missing.string() + "' --prompt hi");
+  ExpectOneLineError(r, {missing.string(), "model directory not found"});
+}
+
+TEST_F(CliTest, GenerateMissingConfigJson) {
+  const fs::path d = CopyBundled("m");
+  fs::remove(d / "config.json");
+  const RunResult r = Run("generate --model '" + d.string() + "' --prompt hi");
+  ExpectOneLineError(r, {(d / "config.json").string(), "not found"});
+}
+
+TEST_F(CliTest, GenerateTruncatedSafetensors) {
+  const fs::path d = CopyBundled("m");
+  const fs::path st = d / "model.safetensors";
+  for (const uintmax_t size : {uintmax_t{3}, uintmax_t{2000}, uintmax_t{600000}}) {
+    SCOPED_TRACE(size);
+    fs::resize_file(st, size);
+    const RunResult r = Run("generate --model '" + d.string() + "' --prompt hi --max-tokens 1");
+    ExpectOneLineError(r, {st.string(), "truncated"});
+  }
+}
+
+TEST_F(CliTest, GenerateCorruptHeaderAndMissingTensor) {
+  const fs::path d = CopyBundled("m");
+  const fs::path st = d / "model.safetensors";
+  {
+    std::fstream io(st, std::ios::binary | std::ios::in | std::ios::out);
+    io.seekp(8);
+    io.put('[');  // header no longer a JSON object
+  }
+  RunResult r = Run("generate --model '" + d.string() + "' --prompt hi --max-tokens 1");
+  ExpectOneLineError(r, {st.string(), "JSON"});
+
+  // Tied embeddings switched off: lm_head.weight is required but absent.
+  fs::copy_file(fs::path(TQ_MODEL_DIR) / "model.safetensors", st,
+                fs::copy_options::overwrite_existing);
+  std::string cfg = Slurp(d / "config.json");
+  const auto pos = cfg.find("\"tie_word_embeddings\": true");
+  ASSERT_NE(pos, std::string::npos);
+  cfg.replace(pos, 27, "\"tie_word_embeddings\": false");
+  std::ofstream(d / "config.json", std::ios::trunc) << cfg;
+  r = Run("generate --model '" + d.string() + "' --prompt hi --max-tokens 1");
+  ExpectOneLineError(r, {d.string(), "lm_head.weight is missing"});
+}
+
+TEST_F(CliTest, GenerateUnsupportedArchitecture) {
+  const fs::path d = CopyBundled("m");
+  std::ofstream(d / "config.json", std::ios::trunc)
+      << R"({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 768})";
+  const RunResult r = Run("generate --model '" + d.string() + "' --prompt hi");
+  ExpectOneLineError(r,
+                     {(d / "config.json").string(), "unsupported architecture", "GPT2LMHeadModel"});
+}
+
+TEST_F(CliTest, GenerateInvalidConfigJson) {
+  const fs::path d = CopyBundled("m");
+  std::ofstream(d / "config.json", std::ios::trunc) << "{\"hidden_size\": 64,\n\"vocab";
+  const RunResult r = Run("generate --model '" + d.string() + "' --prompt hi");
+  ExpectOneLineError(r, {(d / "config.json").string(), "invalid JSON"});
+}
+
+TEST_F(CliTest, MakeRandomModelEndToEnd) {
+  const fs::path d = dir_ / "rand";
+  const RunResult r =
+      Run("make-random-model --out '" + d.string() +
+          "' --hidden-size 64 --intermediate-size 128 --num-layers 2 --num-heads 4 "
+          "--num-kv-heads 2 --vocab-size 512 --dtype bf16 --seed 3 --max-shard-bytes 50000 "
+          "--tokenizer '" +
+          std::string(TQ_MODEL_DIR) + "/tokenizer.model'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Embeddings + lm_head 2 x 512x64 = 65536; per layer q 64x64 + k 32x64 + v 32x64 +
+  // o 64x64 = 12288, mlp 3 x 128x64 = 24576, norms 128 -> 36992; final norm 64.
+  EXPECT_THAT(r.out, HasSubstr("139584 parameters"));
+  EXPECT_THAT(r.out, HasSubstr(std::to_string(139584 * 2) + " bytes"));
+  EXPECT_EQ(r.out.find('\n'), r.out.size() - 1);
+  EXPECT_TRUE(fs::exists(d / "model.safetensors.index.json"));
+  EXPECT_TRUE(fs::exists(d / "tokenizer.model"));
+
+  const ModelFiles mf = LoadModelFiles(d.string());
+  EXPECT_EQ(mf.config.hidden_size, 64);
+  EXPECT_EQ(mf.config.num_key_value_heads, 2);
+  EXPECT_EQ(mf.config.head_dim, 16);
+  EXPECT_EQ(mf.config.torch_dtype, "bfloat16");
+  const SafetensorsCheckpoint ckpt(d.string());
+  EXPECT_EQ(ckpt.size(), 21u);
+  EXPECT_EQ(ckpt.Require("model.layers.1.self_attn.v_proj.weight", {32, 64}).dtype,
+            TensorDtype::kBF16);
+
+  // The checkpoint runs through generate (random weights: any text, but it must work).
+  const RunResult g =
+      Run("generate --model '" + d.string() + "' --prompt 'Once upon' --max-tokens 4 --quiet");
+  EXPECT_EQ(g.exit_code, 0) << g.err;
+  EXPECT_THAT(g.out, ::testing::StartsWith("Once upon"));
+}
+
+TEST_F(CliTest, MakeRandomModelPresetAndErrors) {
+  const fs::path d = dir_ / "p";
+  RunResult r = Run("make-random-model --out '" + d.string() + "' --preset llama3-8b " +
+                    "--num-layers 1 --hidden-size 256 --intermediate-size 512 --vocab-size 1000");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const ModelConfig c = LoadModelFiles(d.string()).config;
+  EXPECT_EQ(c.num_hidden_layers, 1);
+  EXPECT_EQ(c.num_key_value_heads, 8);  // from the preset
+  EXPECT_EQ(c.head_dim, 8);             // 256 / 32 heads: follows the changed hidden size
+  EXPECT_DOUBLE_EQ(c.rope_theta, 500000.0);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int32_t>{128001});
+
+  r = Run("make-random-model --out '" + d.string() + "' --preset nope");
+  ExpectOneLineError(r, {"unknown random model preset 'nope'"});
+  r = Run("make-random-model --out '" + d.string() +
+          "' --hidden-size 64 --intermediate-size 128 --num-layers 1 --num-heads 4 "
+          "--num-kv-heads 3 --vocab-size 32");
+  ExpectOneLineError(r, {d.string(), "num_key_value_heads (3)"});
+  r = Run("make-random-model --out '" + d.string() + "' --hidden-size 64");
+  ExpectOneLineError(r, {"--intermediate-size", "required"});
+}
+
+}  // namespace
+}  // namespace tq
