@@ -26,7 +26,10 @@ ThreadPool::ThreadPool(int num_threads) {
 ThreadPool::~ThreadPool() {
   stop_.store(true);
   generation_.fetch_add(1);
-  generation_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(sleep_mutex_);
+    wake_.notify_all();
+  }
   for (auto& t : workers_) t.join();
 }
 
@@ -37,15 +40,20 @@ void ThreadPool::Run(const std::function<void(int, int)>& fn) {
   }
   job_ = &fn;
   pending_.store(num_threads_ - 1);
-  generation_.fetch_add(1);  // seq_cst: pairs with the sleepers_ check in WorkerLoop
-  if (sleepers_.load() > 0) generation_.notify_all();
+  generation_.fetch_add(1);  // seq_cst: pairs with the sleepers_ increment in WorkerLoop
+  if (sleepers_.load() > 0) {
+    std::lock_guard<std::mutex> lock(sleep_mutex_);
+    wake_.notify_all();
+  }
   fn(0, num_threads_);
   while (pending_.load(std::memory_order_acquire) != 0) TQ_CPU_RELAX();
   job_ = nullptr;
 }
 
 void ThreadPool::WorkerLoop(int index) {
-  uint64_t seen = generation_.load();
+  // Generation 0 is "no job yet"; reading generation_ here instead would miss
+  // a Run() that starts before this thread does.
+  uint64_t seen = 0;
   while (true) {
     uint64_t now = generation_.load(std::memory_order_acquire);
     for (int spin = 0; now == seen && spin < kSpinIterations; ++spin) {
@@ -53,8 +61,11 @@ void ThreadPool::WorkerLoop(int index) {
       now = generation_.load(std::memory_order_acquire);
     }
     if (now == seen) {
+      // Either Run() sees sleepers_ > 0 and notifies under the mutex, or this
+      // thread sees the new generation after announcing itself: no lost wake-up.
+      std::unique_lock<std::mutex> lock(sleep_mutex_);
       sleepers_.fetch_add(1);
-      generation_.wait(seen);
+      wake_.wait(lock, [&] { return generation_.load() != seen; });
       sleepers_.fetch_sub(1);
       continue;
     }

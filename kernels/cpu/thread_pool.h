@@ -2,15 +2,17 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <thread>
 #include <vector>
 
 namespace tq::kernels {
 
 /// Fixed set of worker threads that spin briefly between jobs and then sleep
-/// on a futex (std::atomic::wait). The caller takes part as thread 0, so a
+/// on a condition variable. The caller takes part as thread 0, so a
 /// pool of N threads starts N-1 workers. Keeping workers hot between the ops
 /// of a decode step matters on small machines: handing each op to a sleeping
 /// thread costs a scheduler time slice (see DESIGN.md "CPU threads").
@@ -59,6 +61,8 @@ class ThreadPool {
   std::atomic<int> pending_{0};
   std::atomic<int> sleepers_{0};
   std::atomic<bool> stop_{false};
+  std::mutex sleep_mutex_;
+  std::condition_variable wake_;
 };
 
 }  // namespace tq::kernels
