@@ -1,0 +1,47 @@
+# tqserve: the README's commands. Each target installs missing Debian packages
+# first (scripts/install_deps.sh), so they work on a fresh Debian 12 machine.
+#   make serve      build (Release) and run the bundled model
+#   make test       build and run every test through CTest
+#   make test-asan  the same under AddressSanitizer + UBSan (build-asan/)
+#   make build      build into build/ (binary: build/bin/tqserve)
+
+BUILD_DIR ?= build
+ASAN_DIR ?= build-asan
+BUILD_TYPE ?= Release
+CMAKE_FLAGS ?=
+PROMPT ?= Once upon a time
+MODEL ?= models/stories260K
+
+# Use nvcc from the standard CUDA location even when it is not on PATH.
+NVCC := $(shell command -v nvcc 2>/dev/null || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; })
+ifneq ($(NVCC),)
+CUDA_FLAGS := -DCMAKE_CUDA_COMPILER=$(NVCC)
+endif
+
+.PHONY: deps configure build serve test test-asan format clean
+
+deps:
+	@bash scripts/install_deps.sh
+
+configure: deps
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CUDA_FLAGS) $(CMAKE_FLAGS)
+
+build: configure
+	cmake --build $(BUILD_DIR)
+
+serve: build
+	$(BUILD_DIR)/bin/tqserve generate --model $(MODEL) --prompt "$(PROMPT)" --temperature 0 --max-tokens 256
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 600
+
+test-asan: deps
+	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTQ_SANITIZE=ON -DTQ_CUDA=OFF $(CMAKE_FLAGS)
+	cmake --build $(ASAN_DIR)
+	cd $(ASAN_DIR) && ctest --output-on-failure --timeout 900
+
+format:
+	git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | xargs clang-format -i
+
+clean:
+	rm -rf $(BUILD_DIR) $(ASAN_DIR)
