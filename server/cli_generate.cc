@@ -40,6 +40,7 @@ void RunGenerate(GenerateArgs& args) {
   params.top_p = args.top_p.value_or(files.generation.top_p);
   params.top_k = args.top_k.value_or(files.generation.top_k);
   params.seed = args.seed;
+  if (std::string err = params.Validate(); !err.empty()) throw Error(err);
 
   const Tokenizer& tokenizer = generator.tokenizer();
   const std::vector<int32_t> prompt = tokenizer.Encode(args.prompt, !args.no_bos);
@@ -90,7 +91,7 @@ void AddGenerateCommand(CLI::App& app) {
   cmd->add_flag("--no-bos", args->no_bos, "Do not add the BOS token");
   cmd->add_option("--max-tokens", args->sampling.max_tokens, "Maximum new tokens")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--temperature", args->temperature,
                   "0 = greedy (default: generation_config.json, else 1)");
   cmd->add_option("--top-p", args->top_p, "Nucleus sampling mass in (0, 1]");
