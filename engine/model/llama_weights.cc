@@ -2,10 +2,15 @@
 // models/llama/modeling_llama.py) into fp32 backend buffers.
 #include "engine/model/llama_weights.h"
 
+#include <algorithm>
+
 #include "engine/common/error.h"
 #include "engine/model/safetensors.h"
 
 namespace tq {
+namespace {
+constexpr size_t kChunkElems = size_t{16} << 20;  // 64 MB of fp32 per host round trip
+}  // namespace
 
 LlamaWeights LoadLlamaWeights(const std::string& model_dir, const ModelConfig& config,
                               kernels::Backend* backend) {
@@ -15,10 +20,19 @@ LlamaWeights LoadLlamaWeights(const std::string& model_dir, const ModelConfig& c
   auto load = [&](const std::string& name, std::vector<int64_t> shape) {
     const TensorInfo& t = ckpt.Require(name, shape);
     const auto n = static_cast<size_t>(t.NumElements());
-    host.resize(n);
-    t.ToFloat(host.data());
     kernels::BackendBuffer buf(backend, n * sizeof(float));
-    if (n) backend->CopyToDevice(buf.data(), host.data(), n * sizeof(float));
+    // Convert through a bounded host buffer (a 128k-vocab embedding is 2 GB in fp32).
+    const size_t esize = TensorDtypeBytes(t.dtype);
+    for (size_t begin = 0; begin < n; begin += kChunkElems) {
+      const size_t count = std::min(kChunkElems, n - begin);
+      TensorInfo part = t;
+      part.shape = {static_cast<int64_t>(count)};
+      part.data = t.data + begin * esize;
+      part.nbytes = count * esize;
+      host.resize(count);
+      part.ToFloat(host.data());
+      backend->CopyToDevice(buf.as<float>() + begin, host.data(), count * sizeof(float));
+    }
     w.total_bytes += buf.bytes();
     return buf;
   };

@@ -205,11 +205,22 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
                      std::to_string(file_size) + " bytes); truncated or not a safetensors file");
     }
     json header;
+    // nlohmann keeps the last of duplicate keys; a tensor named twice is an error.
+    std::set<std::string> keys;
+    std::string duplicate;
+    const json::parser_callback_t on_key = [&](int depth, json::parse_event_t event, json& parsed) {
+      if (event == json::parse_event_t::key && depth == 1 && parsed.is_string() &&
+          !keys.insert(parsed.get<std::string>()).second && duplicate.empty()) {
+        duplicate = parsed.get<std::string>();
+      }
+      return true;
+    };
     try {
-      header = json::parse(bytes + 8, bytes + 8 + header_len);
+      header = json::parse(bytes + 8, bytes + 8 + header_len, on_key);
     } catch (const json::exception& e) {
       Fail(path, std::string("header is not valid JSON: ") + e.what());
     }
+    if (!duplicate.empty()) Fail(path, "tensor " + duplicate + " appears twice in the header");
     if (!header.is_object()) Fail(path, "header is not a JSON object");
     const uint64_t data_size = file_size - 8 - header_len;
     const uint8_t* data = bytes + 8 + header_len;

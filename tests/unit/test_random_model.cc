@@ -236,6 +236,25 @@ TEST_F(RandomModelTest, TiedF32WithTokenizerAndRewriteOverOldShards) {
   EXPECT_EQ(w.LmHead(), w.embed_tokens.as<float>());
 }
 
+TEST_F(RandomModelTest, LargeTensorConvertsAcrossChunks) {
+  // tiny-100m's 32000x768 embedding (24.6M elements) spans two 16M-element
+  // conversion chunks of LoadLlamaWeights.
+  RandomModelSpec spec;
+  spec.config = RandomModelPreset("tiny-100m");
+  spec.config.num_hidden_layers = 1;
+  spec.config.tie_word_embeddings = true;
+  WriteRandomModel(dir_.string(), spec, "");
+  const ModelFiles mf = LoadModelFiles(dir_.string());
+  HostBackend backend;
+  const LlamaWeights w = LoadLlamaWeights(dir_.string(), mf.config, &backend);
+  const SafetensorsCheckpoint ckpt(dir_.string());
+  const TensorInfo& emb = ckpt.Require("model.embed_tokens.weight", {32000, 768});
+  std::vector<float> ref(static_cast<size_t>(emb.NumElements()));
+  emb.ToFloat(ref.data());
+  EXPECT_EQ(0, std::memcmp(ref.data(), w.embed_tokens.data(), ref.size() * sizeof(float)));
+  EXPECT_EQ(w.total_bytes, CountParams(mf.config) * 4);
+}
+
 TEST_F(RandomModelTest, BundledModelWeightsLoad) {
   const ModelFiles mf = LoadModelFiles(TQ_MODEL_DIR);
   HostBackend backend;

@@ -199,6 +199,9 @@ TEST_F(SafetensorsTest, RejectsMalformedFiles) {
   // 2^62 F32 elements: the byte count overflows.
   ExpectBadHeader(R"({"t":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,8]}})",
                   data8, "overflow");
+  ExpectBadHeader(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                  R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+                  data8, "tensor a appears twice");
   ExpectBadHeader(R"({"__metadata__":{"k":1}})", "", "__metadata__");
   ExpectBadHeader(R"({"__metadata__":[]})", "", "__metadata__");
   ExpectBadHeader(R"({"t":[1]})", "", "not a JSON object");
