@@ -100,6 +100,8 @@ TEST_F(CliTest, GenerateTruncatedSafetensors) {
   const fs::path st = d / "model.safetensors";
   for (const uintmax_t size : {uintmax_t{3}, uintmax_t{2000}, uintmax_t{600000}}) {
     SCOPED_TRACE(size);
+    fs::copy_file(fs::path(TQ_MODEL_DIR) / "model.safetensors", st,
+                  fs::copy_options::overwrite_existing);
     fs::resize_file(st, size);
     const RunResult r = Run("generate --model '" + d.string() + "' --prompt hi --max-tokens 1");
     ExpectOneLineError(r, {st.string(), "truncated"});
