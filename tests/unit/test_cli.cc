@@ -13,6 +13,7 @@
 
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
+#include "tests/unit/temp_dir_test.h"
 
 namespace tq {
 namespace {
@@ -32,17 +33,8 @@ std::string Slurp(const fs::path& p) {
   return ss.str();
 }
 
-class CliTest : public ::testing::Test {
+class CliTest : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tq_cli_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // Runs `tqserve <args>` (args are shell-quoted by the caller), capturing stdout/stderr.
   RunResult Run(const std::string& args) {
     const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
@@ -78,8 +70,6 @@ class CliTest : public ::testing::Test {
     }
     return d;
   }
-
-  fs::path dir_;
 };
 
 TEST_F(CliTest, GenerateMissingModelDir) {

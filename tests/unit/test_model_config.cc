@@ -11,6 +11,7 @@
 
 #include "engine/common/error.h"
 #include "engine/model/model_config.h"
+#include "tests/unit/temp_dir_test.h"
 
 namespace tq {
 namespace {
@@ -18,16 +19,8 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-class ModelConfigTest : public ::testing::Test {
+class ModelConfigTest : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tq_cfg_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   void Write(const std::string& name, const std::string& text) {
     std::ofstream(dir_ / name) << text;
   }
@@ -49,8 +42,6 @@ class ModelConfigTest : public ::testing::Test {
     }
   }
   ModelConfig Load() { return LoadModelFiles(dir_.string()).config; }
-
-  fs::path dir_;
 };
 
 TEST_F(ModelConfigTest, BundledModelMatchesItsConfigJson) {

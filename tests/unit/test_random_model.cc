@@ -18,6 +18,7 @@
 #include "engine/model/model_config.h"
 #include "engine/model/random_model.h"
 #include "engine/model/safetensors.h"
+#include "tests/unit/temp_dir_test.h"
 
 namespace tq {
 namespace {
@@ -67,16 +68,8 @@ std::pair<double, double> MeanStd(const TensorInfo& t) {
   return {s / n, std::sqrt(s2 / n - (s / n) * (s / n))};
 }
 
-class RandomModelTest : public ::testing::Test {
+class RandomModelTest : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tq_rm_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   static RandomModelSpec SmallSpec() {
     RandomModelSpec s;
     ModelConfig& c = s.config;
@@ -92,8 +85,6 @@ class RandomModelTest : public ::testing::Test {
     s.max_shard_bytes = 40000;  // forces several shards
     return s;
   }
-
-  fs::path dir_;
 };
 
 TEST_F(RandomModelTest, PresetsMatchPublishedParameterCounts) {

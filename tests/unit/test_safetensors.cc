@@ -13,6 +13,7 @@
 
 #include "engine/common/error.h"
 #include "engine/model/safetensors.h"
+#include "tests/unit/temp_dir_test.h"
 
 namespace tq {
 namespace {
@@ -40,17 +41,8 @@ std::string Safetensors(const std::string& header, const std::string& data) {
   return out + header + data;
 }
 
-class SafetensorsTest : public ::testing::Test {
+class SafetensorsTest : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tq_st_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
-
   // Writes a file and expects SafetensorsFile to throw tq::Error naming it and `problem`.
   void ExpectBad(const std::string& bytes, const std::string& problem) {
     const std::string p = Path("bad.safetensors");
@@ -68,8 +60,6 @@ class SafetensorsTest : public ::testing::Test {
                        const std::string& problem) {
     ExpectBad(Safetensors(header, data), problem);
   }
-
-  fs::path dir_;
 };
 
 const std::string kModel = std::string(TQ_MODEL_DIR) + "/model.safetensors";
