@@ -54,6 +54,11 @@ inline const void* HeadAddress(const void* pool, const KvLayout& l, int64_t slot
          (static_cast<size_t>(slot) * l.num_kv_heads + head) * l.head_dim * elem;
 }
 
+// Slot of position j of a sequence whose block table is `table`.
+inline int64_t SlotOf(const int32_t* table, int32_t j, int32_t block_size) {
+  return static_cast<int64_t>(table[j / block_size]) * block_size + j % block_size;
+}
+
 }  // namespace
 
 void KvWrite(const KvWriteParams& p) {
@@ -90,8 +95,7 @@ void PagedAttention(const PagedAttentionParams& p, ThreadPool& pool) {
 
       // Scores: each key is loaded once and shared by the group's query heads.
       for (int32_t j = 0; j < ctx; ++j) {
-        const int64_t slot =
-            static_cast<int64_t>(table[j / l.block_size]) * l.block_size + j % l.block_size;
+        const int64_t slot = SlotOf(table, j, l.block_size);
         const float* key =
             LoadHead(HeadAddress(p.cache.k, l, slot, kv_head), l.dtype, hd, head_scratch.data());
         for (int32_t g = 0; g < group; ++g) {
@@ -117,8 +121,7 @@ void PagedAttention(const PagedAttentionParams& p, ThreadPool& pool) {
       float* out0 = p.out + (static_cast<int64_t>(t) * p.num_heads + kv_head * group) * hd;
       std::fill(out0, out0 + static_cast<int64_t>(group) * hd, 0.0f);
       for (int32_t j = 0; j < ctx; ++j) {
-        const int64_t slot =
-            static_cast<int64_t>(table[j / l.block_size]) * l.block_size + j % l.block_size;
+        const int64_t slot = SlotOf(table, j, l.block_size);
         const float* value =
             LoadHead(HeadAddress(p.cache.v, l, slot, kv_head), l.dtype, hd, head_scratch.data());
         for (int32_t g = 0; g < group; ++g) {
