@@ -82,10 +82,15 @@ void RowBlock(const MatMulParams& p, int64_t row, int64_t col_begin, int64_t col
 
 void MatMul(const MatMulParams& p, ThreadPool& pool) {
   const int64_t n = p.w.out_features;
-  // Split output features across threads: each thread streams its own slice
-  // of W once per row tile, which is what bounds decode (GEMV) speed.
-  constexpr int64_t kColsPerTask = 32;
-  pool.ParallelFor(n, kColsPerTask, [&](int64_t col_begin, int64_t col_end) {
+  // Split output features across threads in whole column tiles: each thread
+  // streams its own slice of W once per row tile (what bounds decode speed),
+  // and every column takes the same code path whatever the thread count, so
+  // results are bit-identical across thread counts.
+  constexpr int64_t kTilesPerTask = 8;
+  const int64_t num_tiles = (n + kColTile - 1) / kColTile;
+  pool.ParallelFor(num_tiles, kTilesPerTask, [&](int64_t tile_begin, int64_t tile_end) {
+    const int64_t col_begin = tile_begin * kColTile;
+    const int64_t col_end = std::min(n, tile_end * kColTile);
     // Cache-block the columns so a slab of W stays in L2 across row tiles.
     constexpr int64_t kColBlock = 64;
     for (int64_t cb = col_begin; cb < col_end; cb += kColBlock) {

@@ -1,6 +1,7 @@
 // A persistent pool of compute threads driven by one caller thread.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -37,7 +38,7 @@ class ThreadPool {
   template <typename Fn>
   void ParallelFor(int64_t n, int64_t grain, Fn&& fn) {
     if (n <= 0) return;
-    const int64_t max_parts = grain > 0 ? (n + grain - 1) / grain : n;
+    const int64_t max_parts = grain > 0 ? std::max<int64_t>(1, n / grain) : n;
     const int parts = static_cast<int>(std::min<int64_t>(num_threads_, max_parts));
     if (parts <= 1) {
       fn(int64_t{0}, n);
