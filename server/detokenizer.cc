@@ -27,19 +27,6 @@ bool EndsWithReplacement(const std::string& s) {
          std::string_view(s).substr(s.size() - kReplacement.size()) == kReplacement;
 }
 
-// A piece whose text is non-empty, starts with no space and is no byte or
-// control piece; -1 if the vocabulary has none (then windows decode bare).
-int32_t FindAnchor(const Tokenizer& tok) {
-  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
-    const std::string piece = tok.IdToPiece(id);
-    if (piece.empty() || piece[0] == '<' || piece.starts_with("\xE2\x96\x81")) continue;
-    const int32_t one[] = {id};
-    const std::string text = tok.Decode(one);
-    if (!text.empty() && text == piece && static_cast<unsigned char>(text[0]) > ' ') return id;
-  }
-  return -1;
-}
-
 }  // namespace
 
 IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer* tokenizer,
@@ -47,18 +34,17 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer* tokenizer,
     : tokenizer_(tokenizer), ids_(std::move(prompt_ids)) {
   read_offset_ = ids_.size();
   prefix_offset_ = ids_.size() > kInitialWindow ? ids_.size() - kInitialWindow : 0;
-  anchor_id_ = FindAnchor(*tokenizer_);
 }
 
 std::string IncrementalDetokenizer::DecodeWindow(size_t begin, size_t end) const {
   std::span<const int32_t> window(ids_.data() + begin, end - begin);
-  if (begin == 0 || anchor_id_ < 0) return tokenizer_->Decode(window);
+  if (begin == 0 || tokenizer_->anchor_id() < 0) return tokenizer_->Decode(window);
   std::vector<int32_t> with_anchor;
   with_anchor.reserve(window.size() + 1);
-  with_anchor.push_back(anchor_id_);
+  with_anchor.push_back(tokenizer_->anchor_id());
   with_anchor.insert(with_anchor.end(), window.begin(), window.end());
   std::string text = tokenizer_->Decode(with_anchor);
-  const size_t anchor_len = tokenizer_->IdToPiece(anchor_id_).size();
+  const size_t anchor_len = tokenizer_->IdToPiece(tokenizer_->anchor_id()).size();
   return text.substr(std::min(anchor_len, text.size()));
 }
 

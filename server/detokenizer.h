@@ -34,7 +34,6 @@ class IncrementalDetokenizer {
   std::vector<int32_t> ids_;
   size_t prefix_offset_ = 0;  // start of the context window
   size_t read_offset_ = 0;    // tokens before this are already emitted
-  int32_t anchor_id_ = -1;    // non-space piece decoded before mid-text windows
 
   std::string DecodeWindow(size_t begin, size_t end) const;
   std::string Emit(bool final);

@@ -10,6 +10,23 @@
 
 namespace tq {
 
+namespace {
+
+// Tokenizer::anchor_id(): a piece whose text is non-empty, starts with no space and is no byte or
+// control piece; -1 if the vocabulary has none (then windows decode bare).
+int32_t FindAnchor(const Tokenizer& tok) {
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    const std::string piece = tok.IdToPiece(id);
+    if (piece.empty() || piece[0] == '<' || piece.starts_with("\xE2\x96\x81")) continue;
+    const int32_t one[] = {id};
+    const std::string text = tok.Decode(one);
+    if (!text.empty() && text == piece && static_cast<unsigned char>(text[0]) > ' ') return id;
+  }
+  return -1;
+}
+
+}  // namespace
+
 std::unique_ptr<Tokenizer> Tokenizer::Load(const std::string& model_dir,
                                            const TokenizerSettings& settings) {
   const std::string path = (std::filesystem::path(model_dir) / "tokenizer.model").string();
@@ -25,6 +42,7 @@ std::unique_ptr<Tokenizer> Tokenizer::Load(const std::string& model_dir,
     throw Error(path + ": not a valid SentencePiece model: empty vocabulary");
   }
   tok->settings_ = settings;
+  tok->anchor_id_ = FindAnchor(*tok);
   return tok;
 }
 

@@ -39,6 +39,12 @@ class Tokenizer {
   /// The piece string of one id (e.g. "▁time", "<0x0A>"); "" when out of range.
   std::string IdToPiece(int32_t id) const;
 
+  /// A piece whose text is itself, non-empty and without a leading space
+  /// (e.g. "he"); -1 if none. Decoding a mid-text window behind it keeps the
+  /// window's leading spaces, which SentencePiece strips at the start of a
+  /// decode. Found once at load (a vocabulary scan), used per streamed token.
+  int32_t anchor_id() const { return anchor_id_; }
+
   int32_t vocab_size() const;
   int32_t bos_id() const;
   int32_t eos_id() const;
@@ -47,6 +53,7 @@ class Tokenizer {
   Tokenizer() = default;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   TokenizerSettings settings_;
+  int32_t anchor_id_ = -1;
 };
 
 }  // namespace tq
