@@ -46,7 +46,15 @@ void ThreadPool::Run(const std::function<void(int, int)>& fn) {
     wake_.notify_all();
   }
   fn(0, num_threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) TQ_CPU_RELAX();
+  // Wait for the workers; when one is slow (descheduled on a busy host), give
+  // the core away instead of spinning through the rest of a time slice.
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kSpinIterations) {
+      TQ_CPU_RELAX();
+    } else {
+      std::this_thread::yield();
+    }
+  }
   job_ = nullptr;
 }
 

@@ -33,26 +33,32 @@ class ThreadPool {
   /// Runs fn(thread_index, num_threads) once on every thread.
   void Run(const std::function<void(int, int)>& fn);
 
-  /// Splits [0, n) into contiguous ranges of at least `grain` items, one per
-  /// thread, and calls fn(begin, end) for each. Runs inline when n is small.
+  /// Splits [0, n) into contiguous chunks of at least `grain` items and
+  /// calls fn(begin, end) for each, on whichever thread claims it first.
+  /// At most 4 chunks per thread, claimed from a shared counter, so a worker
+  /// that the OS has descheduled costs at most one chunk of waiting, not its
+  /// whole share. Chunk boundaries depend only on n, grain and size(). Runs
+  /// inline when n is small.
   template <typename Fn>
   void ParallelFor(int64_t n, int64_t grain, Fn&& fn) {
     if (n <= 0) return;
-    const int64_t max_parts = grain > 0 ? std::max<int64_t>(1, n / grain) : n;
-    const int parts = static_cast<int>(std::min<int64_t>(num_threads_, max_parts));
-    if (parts <= 1) {
+    const int64_t max_chunks = grain > 0 ? std::max<int64_t>(1, n / grain) : n;
+    const int64_t chunks = std::min<int64_t>(int64_t{kChunksPerThread} * num_threads_, max_chunks);
+    if (chunks <= 1 || num_threads_ == 1) {
       fn(int64_t{0}, n);
       return;
     }
-    Run([&](int index, int) {
-      if (index >= parts) return;
-      const int64_t begin = n * index / parts;
-      const int64_t end = n * (index + 1) / parts;
-      if (begin < end) fn(begin, end);
+    std::atomic<int64_t> next{0};
+    Run([&](int, int) {
+      for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
+           c = next.fetch_add(1, std::memory_order_relaxed)) {
+        fn(n * c / chunks, n * (c + 1) / chunks);
+      }
     });
   }
 
  private:
+  static constexpr int kChunksPerThread = 4;
   void WorkerLoop(int index);
 
   int num_threads_;
