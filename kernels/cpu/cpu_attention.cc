@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/simd.h"
 #include "kernels/half.h"
 
 namespace tq::kernels::cpu {
@@ -99,10 +100,7 @@ void PagedAttention(const PagedAttentionParams& p, ThreadPool& pool) {
         const float* key =
             LoadHead(HeadAddress(p.cache.k, l, slot, kv_head), l.dtype, hd, head_scratch.data());
         for (int32_t g = 0; g < group; ++g) {
-          const float* q = q0 + g * hd;
-          float dot = 0.0f;
-          for (int32_t i = 0; i < hd; ++i) dot += q[i] * key[i];
-          scores[static_cast<size_t>(g) * ctx + j] = dot * p.scale;
+          scores[static_cast<size_t>(g) * ctx + j] = Dot(q0 + g * hd, key, hd) * p.scale;
         }
       }
       // Softmax per query head.

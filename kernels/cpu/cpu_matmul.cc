@@ -7,21 +7,10 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/simd.h"
 
 namespace tq::kernels::cpu {
 namespace {
-
-typedef float v8f __attribute__((vector_size(32)));
-
-inline v8f Load8(const float* p) {
-  v8f v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-inline float HorizontalSum(v8f v) {
-  return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
-}
 
 // Computes the R x C tile out[r][c] = dot(x[r], w[c]) over k.
 template <int R, int C>
