@@ -78,8 +78,14 @@ class BackendBuffer {
   size_t bytes_ = 0;
 };
 
-/// Creates the CPU backend with `num_threads` compute threads (including the
-/// caller's; 0 = hardware concurrency).
+/// Compute threads the CPU backend uses for a request of `requested`: all
+/// cores for <= 0, else at most the core count. More threads than cores only
+/// makes the spinning workers of a step wait for each other's time slices
+/// (measured: 14,000 -> 46 tokens/s at 3 threads on 2 cores).
+int CpuThreadCount(int requested);
+
+/// Creates the CPU backend with CpuThreadCount(num_threads) compute threads
+/// (including the caller's).
 std::unique_ptr<Backend> CreateCpuBackend(int num_threads);
 
 }  // namespace tq::kernels

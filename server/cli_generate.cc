@@ -40,11 +40,16 @@ void RunGenerate(GenerateArgs& args) {
   params.top_p = args.top_p.value_or(files.generation.top_p);
   params.top_k = args.top_k.value_or(files.generation.top_k);
   params.seed = args.seed;
-  if (std::string err = params.Validate(); !err.empty()) throw Error(err);
 
   const Tokenizer& tokenizer = generator.tokenizer();
   const std::vector<int32_t> prompt = tokenizer.Encode(args.prompt, !args.no_bos);
+  generator.CheckRequest(prompt, params);  // before echoing the prompt
   IncrementalDetokenizer detok(&tokenizer, prompt);
+  if (args.engine.num_threads > kernels::CpuThreadCount(args.engine.num_threads)) {
+    std::fprintf(stderr, "[tqserve] --threads %d is more than the %d cores; using %d\n",
+                 args.engine.num_threads, kernels::CpuThreadCount(0),
+                 kernels::CpuThreadCount(args.engine.num_threads));
+  }
 
   const auto start = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point first_token;
@@ -66,14 +71,19 @@ void RunGenerate(GenerateArgs& args) {
   if (!args.quiet) {
     using Seconds = std::chrono::duration<double>;
     const double load_s = Seconds(start - load_start).count();
-    const double ttft_s = Seconds(first_token - start).count();
-    const double decode_s = Seconds(end - first_token).count();
     const size_t n = result.output_ids.size();
     std::fprintf(stderr,
-                 "[tqserve] model %s: load %.3f s; prompt %zu tokens, TTFT %.2f ms; "
-                 "%zu tokens generated (finish_reason=%s), decode %.1f tokens/s\n",
-                 files.dir.c_str(), load_s, prompt.size(), ttft_s * 1e3, n,
-                 result.finish_reason.c_str(), n > 1 ? (n - 1) / decode_s : 0.0);
+                 "[tqserve] model %s: load %.3f s; prompt %zu tokens; %zu tokens generated "
+                 "(finish_reason=%s)",
+                 files.dir.c_str(), load_s, prompt.size(), n, result.finish_reason.c_str());
+    if (n > 0) {
+      std::fprintf(stderr, "; TTFT %.2f ms", Seconds(first_token - start).count() * 1e3);
+    }
+    if (n > 1) {
+      std::fprintf(stderr, "; decode %.1f tokens/s",
+                   static_cast<double>(n - 1) / Seconds(end - first_token).count());
+    }
+    std::fputs("\n", stderr);
   }
 }
 
@@ -104,9 +114,11 @@ void AddGenerateCommand(CLI::App& app) {
   cmd->add_option("--frequency-penalty", args->sampling.frequency_penalty,
                   "OpenAI frequency penalty");
   cmd->add_option("--stop-token-ids", args->sampling.stop_token_ids,
-                  "Token ids that end generation");
+                  "Token ids that end generation")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_flag("--ignore-eos", args->sampling.ignore_eos, "Keep generating after EOS");
-  cmd->add_option("--threads", args->engine.num_threads, "CPU compute threads (0 = all cores)")
+  cmd->add_option("--threads", args->engine.num_threads,
+                  "CPU compute threads (0 = all cores; capped at the core count)")
       ->capture_default_str();
   cmd->add_option("--kv-cache-dtype", args->kv_cache_dtype,
                   "KV cache element type: fp32, fp16, bf16")

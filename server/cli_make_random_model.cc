@@ -17,7 +17,7 @@ struct MakeRandomModelOptions {
   std::string out;
   std::string preset;
   std::optional<int32_t> hidden, inter, layers, heads, kv_heads, head_dim, vocab;
-  std::string dtype = "f16";
+  std::string dtype = "fp16";
   uint64_t seed = 0;
   uint64_t max_shard_bytes = 4ull << 30;
   std::string tokenizer;
@@ -75,14 +75,15 @@ void Run(const MakeRandomModelOptions& o) {
   spec.config = c;
   spec.seed = o.seed;
   spec.max_shard_bytes = o.max_shard_bytes;
-  if (o.dtype == "f16")
+  if (o.dtype == "f16" || o.dtype == "fp16" || o.dtype == "float16") {
     spec.dtype = TensorDtype::kF16;
-  else if (o.dtype == "bf16")
+  } else if (o.dtype == "bf16" || o.dtype == "bfloat16") {
     spec.dtype = TensorDtype::kBF16;
-  else if (o.dtype == "f32")
+  } else if (o.dtype == "f32" || o.dtype == "fp32" || o.dtype == "float32") {
     spec.dtype = TensorDtype::kF32;
-  else
-    throw Error("--dtype: unknown dtype '" + o.dtype + "' (expected f16, bf16 or f32)");
+  } else {
+    throw Error("--dtype: unknown dtype '" + o.dtype + "' (expected fp16, bf16 or fp32)");
+  }
 
   WriteRandomModel(o.out, spec, o.tokenizer);
   const uint64_t params = NumParams(c);
@@ -91,6 +92,12 @@ void Run(const MakeRandomModelOptions& o) {
               o.out.c_str(), static_cast<unsigned long long>(params), params / 1e6,
               static_cast<unsigned long long>(bytes), TensorDtypeName(spec.dtype),
               bytes / double(1ull << 30));
+  if (o.tokenizer.empty()) {
+    std::printf(
+        "note: no tokenizer.model written; `tqserve generate` needs one: pass --tokenizer "
+        "FILE (e.g. models/stories260K/tokenizer.model; ids beyond its vocabulary decode to "
+        "nothing)\n");
+  }
 }
 
 }  // namespace
@@ -111,8 +118,8 @@ void AddMakeRandomModelCommand(CLI::App& app) {
   cmd->add_option("--head-dim", opts->head_dim, "Head dimension; default hidden/heads")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--vocab-size", opts->vocab, "Vocabulary size")->check(CLI::PositiveNumber);
-  cmd->add_option("--dtype", opts->dtype, "Weight dtype: f16, bf16 or f32")
-      ->check(CLI::IsMember({"f16", "bf16", "f32"}))
+  cmd->add_option("--dtype", opts->dtype,
+                  "Weight dtype: fp16, bf16 or fp32 (f16/f32 also accepted)")
       ->capture_default_str();
   cmd->add_option("--seed", opts->seed, "RNG seed")->capture_default_str();
   cmd->add_option("--max-shard-bytes", opts->max_shard_bytes,

@@ -10,12 +10,15 @@ int main(int argc, char** argv) {
   CLI::App app{"tqserve: an LLM inference server with a 3-bit paged KV cache"};
   app.set_version_flag("--version", "tqserve 0.1.0");
   app.require_subcommand(1);
+  // A flag given twice takes the last value, as in vLLM and llama.cpp.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   tq::AddGenerateCommand(app);
   tq::AddMakeRandomModelCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; a usage error exits 2 (as getopt tools do).
+    return app.exit(e) == 0 ? 0 : 2;
   } catch (const tq::Error& e) {
     std::fprintf(stderr, "tqserve: error: %s\n", e.what());
     return 1;

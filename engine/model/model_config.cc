@@ -189,6 +189,20 @@ ModelConfig ParseConfig(const json& j, const std::string& file) {
   }
   c.bos_token_id = f.Int("bos_token_id", 0, c.bos_token_id);
   c.eos_token_ids = f.IntList("eos_token_id");
+
+  // Features the forward pass does not implement are refused, not ignored:
+  // a silently different model would produce plausible but wrong text.
+  if (f.Has("hidden_act") && f.At("hidden_act") != "silu") {
+    Fail(file, "unsupported hidden_act " + f.At("hidden_act").dump() + " (supported: \"silu\")");
+  }
+  for (const char* bias : {"attention_bias", "mlp_bias"}) {
+    if (f.Bool(bias, false)) Fail(file, std::string("unsupported ") + bias + ": true");
+  }
+  if (f.Has("sliding_window")) {
+    // Attention over a full window equals sliding-window attention while the
+    // context is no longer than the window, so the context is capped there.
+    c.sliding_window = f.Int("sliding_window", 1);
+  }
   return c;
 }
 
@@ -238,7 +252,8 @@ std::vector<float> ModelConfig::RopeInvFreq() const {
 ModelFiles LoadModelFiles(const std::string& dir) {
   std::error_code ec;
   const fs::path d(dir);
-  if (!fs::is_directory(d, ec)) Fail(dir, "model directory not found");
+  if (!fs::exists(d, ec)) Fail(dir, "model directory not found");
+  if (!fs::is_directory(d, ec)) Fail(dir, "not a directory (--model takes the model's directory)");
   ModelFiles mf;
   mf.dir = dir;
 

@@ -12,8 +12,8 @@ namespace tq {
 struct RopeScaling {
   std::string type = "default";
   double factor = 1.0;
-  double low_freq_factor = 1.0;    // llama3
-  double high_freq_factor = 4.0;   // llama3
+  double low_freq_factor = 1.0;                     // llama3
+  double high_freq_factor = 4.0;                    // llama3
   int64_t original_max_position_embeddings = 8192;  // llama3
 };
 
@@ -29,6 +29,7 @@ struct ModelConfig {
   int32_t head_dim = 0;             // defaults to hidden_size / num_attention_heads
   int32_t vocab_size = 0;
   int32_t max_position_embeddings = 2048;
+  int32_t sliding_window = 0;  // Mistral; 0 = none. Contexts are capped at it.
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
@@ -40,6 +41,12 @@ struct ModelConfig {
   /// RoPE inverse frequencies [head_dim / 2] with rope_scaling applied
   /// (HF modeling_rope_utils: default, linear, llama3).
   std::vector<float> RopeInvFreq() const;
+  /// Longest context this engine runs the model at: max_position_embeddings,
+  /// or sliding_window when smaller (sliding attention is not implemented).
+  int32_t MaxContext() const {
+    return sliding_window > 0 && sliding_window < max_position_embeddings ? sliding_window
+                                                                          : max_position_embeddings;
+  }
 };
 
 /// Generation defaults from generation_config.json (all optional).

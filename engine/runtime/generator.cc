@@ -25,17 +25,23 @@ class ScopedBlockTable {
 }  // namespace
 
 Generator::Generator(const EngineOptions& options) : options_(options) {
+  if (options.num_threads < 0) throw Error("--threads must be >= 0 (0 = all cores)");
+  if (options.block_size <= 0) throw Error("--block-size must be positive");
+  if (options.max_num_batched_tokens <= 0) throw Error("--max-num-batched-tokens must be positive");
+  if (options.max_model_len < 0) throw Error("--max-model-len must be >= 0 (0 = the model's)");
   files_ = LoadModelFiles(options.model_dir);
   const ModelConfig& c = files_.config;
+  if (options.max_model_len > c.MaxContext()) {
+    throw Error("--max-model-len " + std::to_string(options.max_model_len) +
+                " is longer than the model's context " + std::to_string(c.MaxContext()) + " (" +
+                options.model_dir + "/config.json)");
+  }
+  max_model_len_ = options.max_model_len > 0 ? options.max_model_len : c.MaxContext();
   tokenizer_ = Tokenizer::Load(options.model_dir, files_.tokenizer);
   backend_ = kernels::CreateCpuBackend(options.num_threads);
   model_ = std::make_unique<LlamaModel>(c, LoadLlamaWeights(options.model_dir, c, backend_.get()),
                                         backend_.get());
 
-  max_model_len_ = options.max_model_len > 0 ? options.max_model_len : c.max_position_embeddings;
-  if (options.block_size <= 0 || options.max_num_batched_tokens <= 0) {
-    throw Error("--block-size and --max-num-batched-tokens must be positive");
-  }
   kernels::KvLayout layout;
   layout.dtype = options.kv_cache_dtype;
   layout.block_size = options.block_size;
@@ -54,6 +60,17 @@ Generator::Generator(const EngineOptions& options) : options_(options) {
   }
   cache_ = std::make_unique<PagedKvCache>(backend_.get(), c.num_hidden_layers, layout);
   pool_ = BlockPool(layout.num_blocks);
+}
+
+void Generator::CheckRequest(std::span<const int32_t> prompt, const SamplingParams& params) const {
+  CheckPrompt(prompt);
+  if (std::string err = params.Validate(); !err.empty()) throw Error(err);
+  for (int32_t id : params.stop_token_ids) {
+    if (id >= files_.config.vocab_size) {
+      throw Error("stop_token_ids: " + std::to_string(id) + " is not below the vocabulary size " +
+                  std::to_string(files_.config.vocab_size));
+    }
+  }
 }
 
 void Generator::CheckPrompt(std::span<const int32_t> prompt) const {
@@ -90,8 +107,7 @@ void Generator::RunChunk(std::span<const int32_t> tokens, int32_t begin, BlockTa
 
 GenerationResult Generator::Generate(std::span<const int32_t> prompt, const SamplingParams& params,
                                      const std::function<void(int32_t)>& on_token) {
-  CheckPrompt(prompt);
-  if (std::string err = params.Validate(); !err.empty()) throw Error(err);
+  CheckRequest(prompt, params);
 
   std::vector<int32_t> tokens(prompt.begin(), prompt.end());
   const size_t prompt_len = tokens.size();

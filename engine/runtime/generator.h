@@ -23,7 +23,7 @@ namespace tq {
 /// How to load and run a model.
 struct EngineOptions {
   std::string model_dir;
-  int32_t num_threads = 0;  // CPU compute threads; 0 = all cores
+  int32_t num_threads = 0;  // CPU compute threads; 0 = all cores, capped at the core count
   kernels::KvDtype kv_cache_dtype = kernels::KvDtype::kF32;
   int32_t block_size = 16;
   int32_t max_model_len = 0;             // 0 = config.max_position_embeddings
@@ -57,6 +57,13 @@ class Generator {
   /// through the paged cache in chunks of max_num_batched_tokens.
   std::vector<float> PromptLogits(std::span<const int32_t> tokens);
 
+  /// Throws tq::Error when `prompt` is empty, has an id outside the
+  /// vocabulary or is longer than max_model_len (what Generate checks first).
+  void CheckPrompt(std::span<const int32_t> prompt) const;
+  /// CheckPrompt, SamplingParams::Validate, and stop token ids inside the
+  /// vocabulary: everything Generate rejects, checked without running.
+  void CheckRequest(std::span<const int32_t> prompt, const SamplingParams& params) const;
+
   const ModelFiles& files() const { return files_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const PagedKvCache& kv_cache() const { return *cache_; }
@@ -68,7 +75,6 @@ class Generator {
   // returns logits of every token when all_logits, else of the last.
   void RunChunk(std::span<const int32_t> tokens, int32_t begin, BlockTable& table, bool all_logits,
                 std::vector<float>* logits);
-  void CheckPrompt(std::span<const int32_t> prompt) const;
 
   EngineOptions options_;
   ModelFiles files_;

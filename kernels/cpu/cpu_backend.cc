@@ -1,9 +1,11 @@
 // The CPU backend: reference implementation of every op, and the default
 // backend when no GPU is present.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <thread>
 
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -101,8 +103,13 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
+int CpuThreadCount(int requested) {
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return requested <= 0 ? cores : std::min(requested, cores);
+}
+
 std::unique_ptr<Backend> CreateCpuBackend(int num_threads) {
-  return std::make_unique<CpuBackend>(num_threads);
+  return std::make_unique<CpuBackend>(CpuThreadCount(num_threads));
 }
 
 }  // namespace tq::kernels

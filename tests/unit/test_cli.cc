@@ -193,5 +193,36 @@ TEST_F(CliTest, MakeRandomModelPresetAndErrors) {
   ExpectOneLineError(r, {"--intermediate-size", "required"});
 }
 
+// A request that fails validation prints nothing on stdout (the prompt is
+// not echoed before the error) and one error line.
+TEST_F(CliTest, GenerateRejectsBeforeEchoingThePrompt) {
+  for (const std::string& args : {std::string("--max-model-len 4"), std::string("--top-p 3"),
+                                  std::string("--stop-token-ids 99999")}) {
+    const RunResult r = Run("generate --prompt 'Once upon a time' " + args);
+    ExpectOneLineError(r, {});
+    EXPECT_EQ(r.out, "") << args;
+  }
+}
+
+TEST_F(CliTest, UsageErrorsExitTwoAndRepeatedFlagsTakeTheLast) {
+  EXPECT_EQ(Run("generate --max-tokens abc").exit_code, 2);
+  EXPECT_EQ(Run("no-such-command").exit_code, 2);
+  EXPECT_EQ(Run("--help").exit_code, 0);
+  // Greedy: 1 token then 3 tokens; the later --max-tokens wins.
+  const RunResult one = Run("generate --temperature 0 --quiet --max-tokens 1");
+  const RunResult three = Run("generate --temperature 0 --quiet --max-tokens 1 --max-tokens 3");
+  EXPECT_EQ(three.exit_code, 0) << three.err;
+  EXPECT_GT(three.out.size(), one.out.size());
+  EXPECT_THAT(three.out, ::testing::StartsWith("Once upon a time, there was"));
+}
+
+TEST_F(CliTest, GenerateWithMaxTokensZeroPrintsNoTiming) {
+  const RunResult r = Run("generate --max-tokens 0");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, "Once upon a time\n");
+  EXPECT_THAT(r.err, HasSubstr("0 tokens generated"));
+  EXPECT_THAT(r.err, ::testing::Not(HasSubstr("TTFT")));
+}
+
 }  // namespace
 }  // namespace tq

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/common/error.h"
@@ -206,6 +207,48 @@ TEST(LlamaReference, StopsAtMaxModelLenAndEos) {
   EXPECT_EQ(stopped.output_ids.back(), ref[4 + 2]);
   EXPECT_LE(stopped.output_ids.size(), 3u);
   EXPECT_EQ(stopped.finish_reason, "stop");
+}
+
+TEST(LlamaReference, RejectsBadEngineOptions) {
+  auto expect_error = [](EngineOptions o, const std::string& needle) {
+    try {
+      Generator gen(o);
+      ADD_FAILURE() << "no error; expected " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  EngineOptions o = Options(1);
+  o.max_model_len = 513;  // stories260K's max_position_embeddings is 512
+  expect_error(o, "longer than the model's context 512");
+  o = Options(-1);
+  expect_error(o, "--threads");
+  o = Options(1);
+  o.block_size = 0;
+  expect_error(o, "--block-size");
+  o = Options(1);
+  o.max_num_batched_tokens = 0;
+  expect_error(o, "--max-num-batched-tokens");
+  o = Options(1);
+  o.max_model_len = -1;
+  expect_error(o, "--max-model-len");
+}
+
+TEST(LlamaReference, RejectsStopTokenOutsideVocabulary) {
+  Generator gen(Options(1));
+  SamplingParams p = Greedy(4);
+  p.stop_token_ids = {512};
+  EXPECT_THROW(gen.Generate(std::vector<int32_t>{1, 403}, p), Error);
+  p.stop_token_ids = {511};
+  EXPECT_NO_THROW(gen.Generate(std::vector<int32_t>{1, 403}, p));
+}
+
+TEST(LlamaReference, ThreadCountIsCappedAtTheCores) {
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  EXPECT_EQ(kernels::CpuThreadCount(0), cores);
+  EXPECT_EQ(kernels::CpuThreadCount(1), 1);
+  EXPECT_EQ(kernels::CpuThreadCount(cores + 5), cores);
+  EXPECT_EQ(kernels::CpuThreadCount(100000), cores);
 }
 
 }  // namespace

@@ -237,5 +237,37 @@ TEST_F(ModelConfigTest, RejectsBadFields) {
   ExpectError("config.json", "'architectures'");
 }
 
+// Features the forward pass does not implement must be refused, not ignored
+// (a silently different model would give plausible but wrong text).
+TEST_F(ModelConfigTest, RejectsUnimplementedFeatures) {
+  WriteConfig(R"(,"attention_bias":true)");
+  ExpectError("config.json", "unsupported attention_bias");
+  WriteConfig(R"(,"mlp_bias":true)");
+  ExpectError("config.json", "unsupported mlp_bias");
+  WriteConfig(R"(,"hidden_act":"gelu")");
+  ExpectError("config.json", "unsupported hidden_act \"gelu\"");
+  WriteConfig(R"(,"attention_bias":false,"mlp_bias":false,"hidden_act":"silu")");
+  EXPECT_EQ(Load().hidden_size, 64);
+}
+
+TEST_F(ModelConfigTest, SlidingWindowCapsTheContext) {
+  WriteConfig(R"(,"max_position_embeddings":32768,"sliding_window":4096)");
+  EXPECT_EQ(Load().MaxContext(), 4096);
+  WriteConfig(R"(,"max_position_embeddings":2048,"sliding_window":4096)");
+  EXPECT_EQ(Load().MaxContext(), 2048);
+  WriteConfig(R"(,"max_position_embeddings":2048,"sliding_window":null)");
+  EXPECT_EQ(Load().MaxContext(), 2048);
+}
+
+TEST_F(ModelConfigTest, ModelPathThatIsAFile) {
+  WriteConfig();
+  try {
+    LoadModelFiles((dir_ / "config.json").string());
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("not a directory"));
+  }
+}
+
 }  // namespace
 }  // namespace tq
