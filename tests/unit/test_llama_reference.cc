@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -113,6 +114,8 @@ double MaxLogitError(kernels::KvDtype dtype, int chunk) {
   for (size_t i = 0; i < logits.size() && i < ref.logits.size(); ++i) {
     max_err = std::max(max_err, std::abs(static_cast<double>(logits[i]) - ref.logits[i]));
   }
+  std::printf("max |logit - float64| over %zu logits (kv %s, chunk %d): %.3g\n", logits.size(),
+              std::string(kernels::KvDtypeName(dtype)).c_str(), chunk, max_err);
   return max_err;
 }
 
