@@ -134,6 +134,7 @@ void LlamaModel::Attention(int32_t layer, const ForwardBatch& batch, PagedKvCach
   backend_->MatMul({x, ViewWeight(w.q_proj, q_dim, c.hidden_size), q_.as<float>(), n, false});
   backend_->MatMul({x, ViewWeight(w.k_proj, kv_dim, c.hidden_size), k_.as<float>(), n, false});
   backend_->MatMul({x, ViewWeight(w.v_proj, kv_dim, c.hidden_size), v_.as<float>(), n, false});
+  if (key_observer_) key_observer_(layer, k_.as<float>(), n);
   backend_->Rope({q_.as<float>(), positions_.as<int32_t>(), inv_freq_.as<float>(), n,
                   c.num_attention_heads, c.head_dim, 1.0f});
   backend_->Rope({k_.as<float>(), positions_.as<int32_t>(), inv_freq_.as<float>(), n,

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "engine/kv/kv_cache.h"
@@ -42,6 +43,13 @@ class LlamaModel {
   /// batch (token id out of range, sizes that disagree).
   void Forward(const ForwardBatch& batch, PagedKvCache& cache, std::vector<float>* logits);
 
+  /// Called in Forward with each layer's keys before RoPE: (layer, k_pre_rope
+  /// [num_tokens, num_kv_heads, head_dim] host fp32, num_tokens). Used to
+  /// calibrate the per-channel key normalization of the tq KV formats. Only
+  /// valid for backends whose memory is host memory (the CPU backend).
+  using KeyObserver = std::function<void(int32_t layer, const float* keys, int32_t num_tokens)>;
+  void SetKeyObserver(KeyObserver observer) { key_observer_ = std::move(observer); }
+
   const ModelConfig& config() const { return config_; }
   const LlamaWeights& weights() const { return weights_; }
 
@@ -54,6 +62,7 @@ class LlamaModel {
   LlamaWeights weights_;
   kernels::Backend* backend_;
   kernels::BackendBuffer inv_freq_;  // [head_dim / 2]
+  KeyObserver key_observer_;
 
   // Activation workspace, grown on demand (backend memory).
   int32_t capacity_tokens_ = 0;

@@ -65,6 +65,7 @@ class Generator {
   void CheckRequest(std::span<const int32_t> prompt, const SamplingParams& params) const;
 
   const ModelFiles& files() const { return files_; }
+  LlamaModel& model() { return *model_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const PagedKvCache& kv_cache() const { return *cache_; }
   const BlockPool& block_pool() const { return pool_; }
