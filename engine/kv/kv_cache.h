@@ -3,8 +3,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "engine/kv/tq_codec_state.h"
 #include "kernels/backend.h"
 
 namespace tq {
@@ -15,12 +17,16 @@ namespace tq {
 class PagedKvCache {
  public:
   /// Allocates layout.num_blocks blocks for each of num_layers layers.
-  /// Throws std::bad_alloc when the backend is out of memory.
-  PagedKvCache(kernels::Backend* backend, int32_t num_layers, const kernels::KvLayout& layout);
+  /// `tq` is required for the tq dtypes (throws std::invalid_argument without
+  /// it). Throws std::bad_alloc when the backend is out of memory.
+  PagedKvCache(kernels::Backend* backend, int32_t num_layers, const kernels::KvLayout& layout,
+               std::shared_ptr<const TqCodecState> tq = nullptr);
+
+  const TqCodecState* tq() const { return tq_.get(); }
 
   /// Bytes one block costs across all layers, K and V.
   static size_t BytesPerBlock(int32_t num_layers, const kernels::KvLayout& layout) {
-    return 2 * static_cast<size_t>(num_layers) * layout.BlockBytes();
+    return static_cast<size_t>(num_layers) * (layout.BlockBytes() + layout.VBlockBytes());
   }
   /// Largest block count whose pools fit in `budget_bytes`.
   static int32_t BlocksForBudget(size_t budget_bytes, int32_t num_layers,
@@ -33,6 +39,7 @@ class PagedKvCache {
 
  private:
   kernels::KvLayout layout_;
+  std::shared_ptr<const TqCodecState> tq_;
   std::vector<kernels::BackendBuffer> k_;
   std::vector<kernels::BackendBuffer> v_;
 };

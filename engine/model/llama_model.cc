@@ -137,8 +137,11 @@ void LlamaModel::Attention(int32_t layer, const ForwardBatch& batch, PagedKvCach
   if (key_observer_) key_observer_(layer, k_.as<float>(), n);
   backend_->Rope({q_.as<float>(), positions_.as<int32_t>(), inv_freq_.as<float>(), n,
                   c.num_attention_heads, c.head_dim, 1.0f});
-  backend_->Rope({k_.as<float>(), positions_.as<int32_t>(), inv_freq_.as<float>(), n,
-                  c.num_key_value_heads, c.head_dim, 1.0f});
+  // tq formats store keys before RoPE and rotate them inside attention.
+  if (!kernels::KvStoresPreRopeKeys(cache.layout().dtype)) {
+    backend_->Rope({k_.as<float>(), positions_.as<int32_t>(), inv_freq_.as<float>(), n,
+                    c.num_key_value_heads, c.head_dim, 1.0f});
+  }
 
   const kernels::KvLayerView view = cache.Layer(layer);
   backend_->KvWrite({k_.as<float>(), v_.as<float>(), slots_.as<int32_t>(), n, view});

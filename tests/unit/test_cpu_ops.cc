@@ -483,8 +483,9 @@ float StoredValue(float x, KvDtype dtype) {
       return HalfToFloat(FloatToHalf(x));
     case KvDtype::kBF16:
       return Bf16ToFloat(FloatToBf16(x));
+    default:  // quantized formats are covered by test_kv_formats.cc
+      return kNaN;
   }
-  return kNaN;
 }
 
 // Decodes element `index` of a pool downloaded as bytes.
@@ -568,20 +569,31 @@ TEST_P(CpuOpsTest, KvWrite) {
           std::vector<int32_t> writer(num_slots, -1);  // token that owns each slot
           for (int32_t t = 0; t < tokens; ++t)
             if (slots[t] >= 0) writer[slots[t]] = t;
-          const size_t token_bytes = layout.TokenBytes();
+          // docs/kv-cache.md: a block is one tile per KV head, a tile holds its
+          // block_size tokens' head vectors in order: element (slot s, head h, i)
+          // is at ((s / bs * kv_heads + h) * bs + s % bs) * hd + i.
+          auto element = [&](int64_t slot, size_t e) {
+            const int64_t h = static_cast<int64_t>(e) / hd, i = static_cast<int64_t>(e) % hd;
+            return static_cast<size_t>(
+                ((slot / block_size * kv_heads + h) * block_size + slot % block_size) * hd + i);
+          };
+          const size_t elem_bytes = KvDtypeElementBytes(dtype);
           for (int64_t s = 0; s < num_slots; ++s) {
             const int32_t t = writer[s];
             if (t < 0) {  // untouched, including every skipped token's would-be slot
-              for (size_t b = s * token_bytes; b < (s + 1) * token_bytes; ++b) {
-                ASSERT_EQ(kpool[b], 0xA5) << "slot " << s << " K written";
-                ASSERT_EQ(vpool[b], 0xA5) << "slot " << s << " V written";
+              for (size_t e = 0; e < row; ++e) {
+                for (size_t b = element(s, e) * elem_bytes; b < (element(s, e) + 1) * elem_bytes;
+                     ++b) {
+                  ASSERT_EQ(kpool[b], 0xA5) << "slot " << s << " K written";
+                  ASSERT_EQ(vpool[b], 0xA5) << "slot " << s << " V written";
+                }
               }
               continue;
             }
             for (size_t e = 0; e < row; ++e) {
               const float want_k = k[t * row + e], want_v = v[t * row + e];
-              const float got_k = DecodeElement(kpool, dtype, s * row + e);
-              const float got_v = DecodeElement(vpool, dtype, s * row + e);
+              const float got_k = DecodeElement(kpool, dtype, element(s, e));
+              const float got_v = DecodeElement(vpool, dtype, element(s, e));
               if (dtype == KvDtype::kF32) {
                 ASSERT_EQ(std::memcmp(&got_k, &want_k, 4), 0) << "slot " << s << " e " << e;
                 ASSERT_EQ(std::memcmp(&got_v, &want_v, 4), 0) << "slot " << s << " e " << e;

@@ -1,0 +1,162 @@
+// KV record codecs (see kv_codec.h and docs/kv-cache.md).
+#include "kernels/cpu/kv_codec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/half.h"
+#include "kernels/tq/bitplanes.h"
+#include "kernels/tq/rotation.h"
+
+namespace tq::kernels::cpu {
+namespace {
+
+void StoreHalf(uint8_t* dst, float v) {
+  const uint16_t h = FloatToHalf(v);
+  std::memcpy(dst, &h, 2);
+}
+float LoadHalf(const uint8_t* src) {
+  uint16_t h;
+  std::memcpy(&h, src, 2);
+  return HalfToFloat(h);
+}
+
+// Asymmetric per-vector integer quantization with `levels` = 2^bits - 1 steps:
+// x ≈ scale·q + zero, scale and zero rounded to fp16 before q is chosen so the
+// decoder sees exactly what the encoder assumed.
+void EncodeInt(const float* x, int32_t d, int32_t bits, uint8_t* code, uint8_t* param) {
+  const float levels = static_cast<float>((1 << bits) - 1);
+  const auto [lo, hi] = std::minmax_element(x, x + d);
+  const float zero = HalfToFloat(FloatToHalf(*lo));
+  float scale = HalfToFloat(FloatToHalf((*hi - zero) / levels));
+  if (!(scale > 0.0f)) scale = 1.0f;  // constant vector (or NaN): q = 0 everywhere
+  StoreHalf(param, scale);
+  StoreHalf(param + 2, zero);
+  if (bits == 4) std::memset(code, 0, static_cast<size_t>(d + 1) / 2);
+  for (int32_t i = 0; i < d; ++i) {
+    const float q = std::clamp(std::nearbyint((x[i] - zero) / scale), 0.0f, levels);
+    const uint8_t u = static_cast<uint8_t>(q);
+    if (bits == 8) {
+      code[i] = u;
+    } else {
+      code[i / 2] |= static_cast<uint8_t>(u << (4 * (i % 2)));
+    }
+  }
+}
+
+void DecodeInt(const uint8_t* code, const uint8_t* param, int32_t d, int32_t bits, float* out) {
+  const float scale = LoadHalf(param);
+  const float zero = LoadHalf(param + 2);
+  for (int32_t i = 0; i < d; ++i) {
+    const uint32_t q = bits == 8 ? code[i] : (code[i / 2] >> (4 * (i % 2))) & 0xFu;
+    out[i] = scale * static_cast<float>(q) + zero;
+  }
+}
+
+// Index of the nearest centroid: count of boundaries below y (levels <= 16).
+inline uint8_t Quantize(float y, const float* boundaries, int32_t levels) {
+  uint8_t idx = 0;
+  for (int32_t b = 0; b < levels - 1; ++b) idx += y >= boundaries[b];
+  return idx;
+}
+
+}  // namespace
+
+void EncodeRecord(const float* x, const KvLayout& layout, const TqLayerCodec* tq, KvSide side,
+                  int32_t head, uint8_t* code, uint8_t* param, float* scratch) {
+  const int32_t d = layout.head_dim;
+  switch (layout.dtype) {
+    case KvDtype::kF32:
+      std::memcpy(code, x, sizeof(float) * d);
+      return;
+    case KvDtype::kF16:
+    case KvDtype::kBF16: {
+      const bool f16 = layout.dtype == KvDtype::kF16;
+      for (int32_t i = 0; i < d; ++i) {
+        const uint16_t h = f16 ? FloatToHalf(x[i]) : FloatToBf16(x[i]);
+        std::memcpy(code + 2 * i, &h, 2);
+      }
+      return;
+    }
+    case KvDtype::kInt8:
+      EncodeInt(x, d, 8, code, param);
+      return;
+    case KvDtype::kInt4:
+      EncodeInt(x, d, 4, code, param);
+      return;
+    case KvDtype::kTq3:
+    case KvDtype::kTq4:
+      break;
+  }
+  // tq: (keys: per-channel normalization) -> norm -> rotate unit vector -> codes.
+  float* u = scratch;
+  float* y = scratch + d;
+  const size_t stats = static_cast<size_t>(head) * d;
+  for (int32_t i = 0; i < d; ++i) {
+    float v = x[i];
+    if (side == KvSide::kKey) {
+      if (tq->k_mean) v -= tq->k_mean[stats + i];
+      if (tq->k_scale) v /= tq->k_scale[stats + i];
+    }
+    u[i] = v;
+  }
+  double sum_sq = 0.0;
+  for (int32_t i = 0; i < d; ++i) sum_sq += static_cast<double>(u[i]) * u[i];
+  const float norm = static_cast<float>(std::sqrt(sum_sq));
+  const float inv = norm > 0.0f ? 1.0f / norm : 0.0f;
+  for (int32_t i = 0; i < d; ++i) u[i] *= inv;
+  tq->rotation->Forward(u, y);
+  const bool key = side == KvSide::kKey;
+  const int32_t bits = key ? TqKeyBits(layout.dtype) : TqValueBits(layout.dtype);
+  const float* boundaries = key ? tq->k_boundaries : tq->v_boundaries;
+  uint8_t indices[512];  // head_dim <= 512 (checked by the cache)
+  for (int32_t i = 0; i < d; ++i) indices[i] = Quantize(y[i], boundaries, 1 << bits);
+  PackPlanes(indices, d, bits, code);
+  StoreHalf(param, norm);
+}
+
+void DecodeRecord(const uint8_t* code, const uint8_t* param, const KvLayout& layout,
+                  const TqLayerCodec* tq, KvSide side, int32_t head, float* out) {
+  const int32_t d = layout.head_dim;
+  switch (layout.dtype) {
+    case KvDtype::kF32:
+      std::memcpy(out, code, sizeof(float) * d);
+      return;
+    case KvDtype::kF16:
+    case KvDtype::kBF16: {
+      const bool f16 = layout.dtype == KvDtype::kF16;
+      for (int32_t i = 0; i < d; ++i) {
+        uint16_t h;
+        std::memcpy(&h, code + 2 * i, 2);
+        out[i] = f16 ? HalfToFloat(h) : Bf16ToFloat(h);
+      }
+      return;
+    }
+    case KvDtype::kInt8:
+      DecodeInt(code, param, d, 8, out);
+      return;
+    case KvDtype::kInt4:
+      DecodeInt(code, param, d, 4, out);
+      return;
+    case KvDtype::kTq3:
+    case KvDtype::kTq4:
+      break;
+  }
+  const bool key = side == KvSide::kKey;
+  const int32_t bits = key ? TqKeyBits(layout.dtype) : TqValueBits(layout.dtype);
+  const float* centroids = key ? tq->k_centroids : tq->v_centroids;
+  const float norm = LoadHalf(param);
+  uint8_t indices[512];
+  UnpackPlanes(code, d, bits, indices);
+  for (int32_t i = 0; i < d; ++i) out[i] = norm * centroids[indices[i]];
+  if (!key) return;  // values stay rotated
+  tq->rotation->Inverse(out, out);
+  const size_t stats = static_cast<size_t>(head) * d;
+  for (int32_t i = 0; i < d; ++i) {
+    if (tq->k_scale) out[i] *= tq->k_scale[stats + i];
+    if (tq->k_mean) out[i] += tq->k_mean[stats + i];
+  }
+}
+
+}  // namespace tq::kernels::cpu
