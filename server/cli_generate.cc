@@ -28,10 +28,11 @@ struct GenerateArgs {
 void RunGenerate(GenerateArgs& args) {
   if (!kernels::ParseKvDtype(args.kv_cache_dtype, &args.engine.kv_cache_dtype)) {
     throw Error("--kv-cache-dtype: unknown value '" + args.kv_cache_dtype +
-                "' (expected fp32, fp16 or bf16)");
+                "' (expected fp32, fp16, bf16, int8, int4, tq3 or tq4)");
   }
   const auto load_start = std::chrono::steady_clock::now();
   Generator generator(args.engine);
+  if (!args.quiet) std::fprintf(stderr, "[tqserve] %s\n", DescribeKvCache(generator).c_str());
   const ModelFiles& files = generator.files();
 
   // Unset sampling flags fall back to generation_config.json, then OpenAI defaults.
@@ -89,6 +90,23 @@ void RunGenerate(GenerateArgs& args) {
 
 }  // namespace
 
+std::string DescribeKvCache(const Generator& generator) {
+  const kernels::KvLayout& l = generator.kv_cache().layout();
+  const int64_t tokens = static_cast<int64_t>(l.num_blocks) * l.block_size;
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "KV cache %s (%.3g bits/element): %d blocks x %d = %lld tokens in %.2f MiB",
+                std::string(kernels::KvDtypeName(l.dtype)).c_str(),
+                kernels::KvBitsPerElement(l.dtype, l.head_dim), l.num_blocks, l.block_size,
+                static_cast<long long>(tokens),
+                static_cast<double>(generator.kv_cache().total_bytes()) / (1 << 20));
+  std::string out = line;
+  if (!generator.kv_calibration_source().empty()) {
+    out += "; tq keys " + generator.kv_calibration_source();
+  }
+  return out;
+}
+
 void AddGenerateCommand(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   args->engine.model_dir = TQ_DEFAULT_MODEL_DIR;
@@ -121,7 +139,7 @@ void AddGenerateCommand(CLI::App& app) {
                   "CPU compute threads (0 = all cores; capped at the core count)")
       ->capture_default_str();
   cmd->add_option("--kv-cache-dtype", args->kv_cache_dtype,
-                  "KV cache element type: fp32, fp16, bf16")
+                  "KV cache format: fp32, fp16, bf16, int8, int4, tq3, tq4")
       ->capture_default_str();
   cmd->add_option("--block-size", args->engine.block_size, "Tokens per KV block")
       ->capture_default_str();
@@ -130,7 +148,13 @@ void AddGenerateCommand(CLI::App& app) {
   cmd->add_option("--max-num-batched-tokens", args->engine.max_num_batched_tokens,
                   "Prefill chunk size in tokens")
       ->capture_default_str();
-  cmd->add_flag("--quiet", args->quiet, "Do not print timing to stderr");
+  cmd->add_option("--kv-cache-memory", args->engine.kv_cache_memory,
+                  "KV pool size in bytes (0 = one --max-model-len sequence)");
+  cmd->add_option("--kv-calibration-text", args->engine.kv_calibration_text,
+                  "Text to calibrate the tq key statistics on (default: built-in text)");
+  cmd->add_option("--kv-calibration-stats", args->engine.kv_calibration_stats,
+                  "JSON file of tq key statistics: loaded if it exists, else written");
+  cmd->add_flag("--quiet", args->quiet, "Do not print the KV cache and timing lines to stderr");
   cmd->callback([args] { RunGenerate(*args); });
 }
 

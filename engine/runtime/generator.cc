@@ -1,6 +1,9 @@
 #include "engine/runtime/generator.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "engine/common/error.h"
@@ -58,7 +61,13 @@ Generator::Generator(const EngineOptions& options) : options_(options) {
                 std::to_string(PagedKvCache::BytesPerBlock(c.num_hidden_layers, layout)) +
                 " bytes)");
   }
-  cache_ = std::make_unique<PagedKvCache>(backend_.get(), c.num_hidden_layers, layout);
+  std::shared_ptr<const TqCodecState> tq;
+  if (kernels::KvStoresPreRopeKeys(layout.dtype)) {
+    KeyChannelStats stats = CalibrateKeys();
+    tq = std::make_shared<TqCodecState>(c, layout.dtype, max_model_len_, std::move(stats.mean),
+                                        std::move(stats.scale));
+  }
+  cache_ = std::make_unique<PagedKvCache>(backend_.get(), c.num_hidden_layers, layout, tq);
   pool_ = BlockPool(layout.num_blocks);
 }
 
@@ -88,7 +97,7 @@ void Generator::CheckPrompt(std::span<const int32_t> prompt) const {
 }
 
 void Generator::RunChunk(std::span<const int32_t> tokens, int32_t begin, BlockTable& table,
-                         bool all_logits, std::vector<float>* logits) {
+                         PagedKvCache& cache, bool all_logits, std::vector<float>* logits) {
   const int32_t end = static_cast<int32_t>(tokens.size());
   ForwardBatch batch;
   batch.num_seqs = 1;
@@ -102,7 +111,7 @@ void Generator::RunChunk(std::span<const int32_t> tokens, int32_t begin, BlockTa
     if (all_logits) batch.logit_indices.push_back(pos - begin);
   }
   if (!all_logits) batch.logit_indices.push_back(end - begin - 1);
-  model_->Forward(batch, *cache_, logits);
+  model_->Forward(batch, cache, logits);
 }
 
 GenerationResult Generator::Generate(std::span<const int32_t> prompt, const SamplingParams& params,
@@ -131,7 +140,8 @@ GenerationResult Generator::Generate(std::span<const int32_t> prompt, const Samp
     // Prefill in chunks of max_num_batched_tokens; decode is a chunk of one.
     while (computed < total) {
       const int32_t end = std::min(total, computed + chunk);
-      RunChunk(std::span<const int32_t>(tokens.data(), end), computed, table, false, &logits);
+      RunChunk(std::span<const int32_t>(tokens.data(), end), computed, table, *cache_, false,
+               &logits);
       computed = end;
     }
     const std::span<const int32_t> prompt_ids(tokens.data(), prompt_len);
@@ -166,10 +176,67 @@ std::vector<float> Generator::PromptLogits(std::span<const int32_t> tokens) {
   const int32_t n = static_cast<int32_t>(tokens.size());
   for (int32_t begin = 0; begin < n; begin += options_.max_num_batched_tokens) {
     const int32_t end = std::min(n, begin + options_.max_num_batched_tokens);
-    RunChunk(tokens.first(end), begin, table, true, &logits);
+    RunChunk(tokens.first(end), begin, table, *cache_, true, &logits);
     all.insert(all.end(), logits.begin(), logits.end());
   }
   return all;
+}
+
+KeyChannelStats Generator::CalibrateKeys() {
+  const ModelConfig& c = files_.config;
+  const std::string& stats_path = options_.kv_calibration_stats;
+  std::error_code ec;
+  if (!stats_path.empty() && std::filesystem::exists(stats_path, ec)) {
+    kv_calibration_source_ = "loaded from " + stats_path;
+    return LoadKeyStats(stats_path, c.num_hidden_layers, c.num_key_value_heads, c.head_dim);
+  }
+  std::string text;
+  std::string text_name = "the built-in text";
+  if (options_.kv_calibration_text.empty()) {
+    text = std::string(BuiltinCalibrationText());
+  } else {
+    std::ifstream in(options_.kv_calibration_text, std::ios::binary);
+    if (!in) throw Error(options_.kv_calibration_text + ": cannot read calibration text");
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    text_name = options_.kv_calibration_text;
+  }
+  std::vector<int32_t> tokens = tokenizer_->Encode(text);
+  if (static_cast<int32_t>(tokens.size()) > max_model_len_) tokens.resize(max_model_len_);
+  if (tokens.size() < 2) throw Error(text_name + ": calibration text is empty");
+
+  // An uncompressed cache just large enough for the calibration tokens.
+  kernels::KvLayout layout;
+  layout.dtype = kernels::KvDtype::kF32;
+  layout.block_size = options_.block_size;
+  layout.num_kv_heads = c.num_key_value_heads;
+  layout.head_dim = c.head_dim;
+  layout.num_blocks =
+      (static_cast<int32_t>(tokens.size()) + layout.block_size - 1) / layout.block_size;
+  PagedKvCache cache(backend_.get(), c.num_hidden_layers, layout);
+  BlockPool pool(layout.num_blocks);
+  BlockTable table(layout.block_size);
+  table.EnsureCapacity(pool, static_cast<int32_t>(tokens.size()));
+
+  KeyStatsAccumulator acc(c.num_hidden_layers, c.num_key_value_heads, c.head_dim);
+  model_->SetKeyObserver(
+      [&](int32_t layer, const float* keys, int32_t n) { acc.Add(layer, keys, n); });
+  std::vector<float> logits;
+  const int32_t n = static_cast<int32_t>(tokens.size());
+  for (int32_t begin = 0; begin < n; begin += options_.max_num_batched_tokens) {
+    const int32_t end = std::min(n, begin + options_.max_num_batched_tokens);
+    RunChunk(std::span<const int32_t>(tokens).first(end), begin, table, cache, false, &logits);
+  }
+  model_->SetKeyObserver(nullptr);
+  table.Release(pool);
+
+  KeyChannelStats stats = acc.Finish(text_name);
+  kv_calibration_source_ =
+      "calibrated on " + text_name + " (" + std::to_string(tokens.size()) + " tokens)";
+  if (!stats_path.empty()) {
+    SaveKeyStats(stats_path, stats);
+    kv_calibration_source_ += ", saved to " + stats_path;
+  }
+  return stats;
 }
 
 }  // namespace tq

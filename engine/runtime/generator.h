@@ -12,6 +12,7 @@
 
 #include "engine/kv/block_pool.h"
 #include "engine/kv/kv_cache.h"
+#include "engine/kv/kv_calibration.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model_config.h"
 #include "engine/sampling/sampling_params.h"
@@ -29,6 +30,9 @@ struct EngineOptions {
   int32_t max_model_len = 0;             // 0 = config.max_position_embeddings
   int32_t max_num_batched_tokens = 512;  // prefill chunk size
   size_t kv_cache_memory = 0;            // bytes; 0 = enough for one max_model_len sequence
+  // tq KV formats: pre-RoPE key statistics (DESIGN.md "KV cache").
+  std::string kv_calibration_text;   // text file to calibrate on; "" = built-in text
+  std::string kv_calibration_stats;  // JSON: loaded when it exists, else written after calibrating
 };
 
 /// Why generation stopped (OpenAI finish_reason): "stop" (EOS or a stop
@@ -69,13 +73,19 @@ class Generator {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const PagedKvCache& kv_cache() const { return *cache_; }
   const BlockPool& block_pool() const { return pool_; }
+  /// How the tq key statistics were obtained ("" for other KV dtypes), e.g.
+  /// "calibrated on the built-in text (412 tokens)" or "loaded from FILE".
+  const std::string& kv_calibration_source() const { return kv_calibration_source_; }
   int32_t max_model_len() const { return max_model_len_; }
 
  private:
   // Runs tokens[begin, end) of a sequence whose earlier positions are cached;
   // returns logits of every token when all_logits, else of the last.
-  void RunChunk(std::span<const int32_t> tokens, int32_t begin, BlockTable& table, bool all_logits,
-                std::vector<float>* logits);
+  void RunChunk(std::span<const int32_t> tokens, int32_t begin, BlockTable& table,
+                PagedKvCache& cache, bool all_logits, std::vector<float>* logits);
+  // Pre-RoPE key statistics for the tq formats: loaded, or computed by running
+  // the calibration text through an uncompressed cache.
+  KeyChannelStats CalibrateKeys();
 
   EngineOptions options_;
   ModelFiles files_;
@@ -85,6 +95,7 @@ class Generator {
   std::unique_ptr<PagedKvCache> cache_;
   BlockPool pool_{0};
   int32_t max_model_len_ = 0;
+  std::string kv_calibration_source_;
 };
 
 }  // namespace tq
