@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   tq::AddGenerateCommand(app);
   tq::AddMakeRandomModelCommand(app);
+  tq::AddEvalCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -12,6 +12,7 @@ the math, not from tqserve code. Sources of truth:
 Usage:
   llama_ref.py --model DIR --out FILE [--tokens N] [--ids 1,2,3]
   llama_ref.py --model DIR --greedy N
+  llama_ref.py --model DIR --ppl FILE --ctx N --stride S [--max-documents K] [--ppl-out F]
 
 Default input: [1] (BOS) + the `# ids [...]` list of
 ../data/reference_greedy_ids_once_upon_a_time.txt (prompt + greedy continuation),
@@ -169,6 +170,73 @@ def write_ref(path, ids, logits):
         f.write(np.ascontiguousarray(logits, dtype="<f8").tobytes())
 
 
+def read_documents(path):
+    """Documents of a text file: maximal runs of non-blank lines (a blank line
+    holds only whitespace), joined with newlines; a trailing CR is dropped."""
+    with open(path, "rb") as f:
+        lines = f.read().decode("utf-8").split("\n")
+    docs, cur = [], []
+    for line in lines:
+        if line.endswith("\r"):
+            line = line[:-1]
+        if line.strip(" \t\r\f\v") == "":
+            if cur:
+                docs.append("\n".join(cur))
+            cur = []
+        else:
+            cur.append(line)
+    if cur:
+        docs.append("\n".join(cur))
+    return docs
+
+
+def sliding_window_nll(m, ids, ctx, stride):
+    """HF "Perplexity of fixed-length models": windows [b, min(b + ctx, n)) for
+    b = 0, stride, ...; each scores the targets after the previous window's end
+    (never a window's first token). Returns (sum of -ln p, tokens scored)."""
+    n, nll, count, prev_end, b = len(ids), 0.0, 0, 0, 0
+    if n < 2:
+        return 0.0, 0
+    while True:
+        e = min(b + ctx, n)
+        first = max(prev_end, b + 1)
+        if first < e:
+            z = m.forward(ids[b:e])                                         # [e-b, vocab]
+            z = z - z.max(axis=-1, keepdims=True)
+            logp = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))        # log-softmax
+            for p in range(first, e):
+                nll -= logp[p - 1 - b, ids[p]]
+            count += e - first
+        prev_end = e
+        if e == n:
+            return nll, count
+        b += stride
+
+
+def perplexity(m, args):
+    import sentencepiece as spm  # Debian python3-sentencepiece
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(args.model, "tokenizer.model"))
+    docs = read_documents(args.ppl)
+    if args.max_documents is not None:
+        docs = docs[:args.max_documents]
+    if not docs:
+        raise SystemExit("%s: no text" % args.ppl)
+    if args.ctx < 2 or not 1 <= args.stride <= args.ctx:
+        raise SystemExit("need --ctx >= 2 and 1 <= --stride <= --ctx")
+    nll, count = 0.0, 0
+    for d in docs:
+        a, c = sliding_window_nll(m, [sp.bos_id()] + sp.encode(d), args.ctx, args.stride)
+        nll, count = nll + a, count + c
+    ppl = math.exp(nll / count)
+    print("perplexity %.6f over %d tokens (%d documents, ctx %d, stride %d)"
+          % (ppl, count, len(docs), args.ctx, args.stride))
+    if args.ppl_out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.ppl_out)), exist_ok=True)
+        with open(args.ppl_out, "w") as f:
+            f.write("nll_sum %.17g\nnum_predicted %d\nperplexity %.17g\nnum_documents %d\n"
+                    "ctx %d\nstride %d\n" % (nll, count, ppl, len(docs), args.ctx, args.stride))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="HF checkpoint directory")
@@ -176,10 +244,21 @@ def main():
     ap.add_argument("--tokens", type=int, default=64, help="number of input tokens")
     ap.add_argument("--ids", help="comma-separated token ids (overrides default input)")
     ap.add_argument("--greedy", type=int, help="print N greedy ids from the fixed prompt")
+    ap.add_argument("--ppl", help="text file: sliding-window perplexity over its documents "
+                    "(split at blank lines, BOS first)")
+    ap.add_argument("--ctx", type=int, help="--ppl window length in tokens")
+    ap.add_argument("--stride", type=int, help="--ppl window advance in tokens")
+    ap.add_argument("--max-documents", type=int, help="--ppl: first K documents only")
+    ap.add_argument("--ppl-out", help="--ppl: also write nll_sum/num_predicted/perplexity here")
     args = ap.parse_args()
-    if not args.out and not args.greedy:
-        ap.error("need --out and/or --greedy")
+    if not args.out and not args.greedy and not args.ppl:
+        ap.error("need --out, --greedy and/or --ppl")
+    if args.ppl and (args.ctx is None or args.stride is None):
+        ap.error("--ppl needs --ctx and --stride")
     m = Llama(args.model)
+
+    if args.ppl:
+        perplexity(m, args)
 
     if args.greedy:
         seq = list(PROMPT)
