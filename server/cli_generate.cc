@@ -32,7 +32,6 @@ void RunGenerate(GenerateArgs& args) {
   }
   const auto load_start = std::chrono::steady_clock::now();
   Generator generator(args.engine);
-  if (!args.quiet) std::fprintf(stderr, "[tqserve] %s\n", DescribeKvCache(generator).c_str());
   const ModelFiles& files = generator.files();
 
   // Unset sampling flags fall back to generation_config.json, then OpenAI defaults.
@@ -45,6 +44,7 @@ void RunGenerate(GenerateArgs& args) {
   const Tokenizer& tokenizer = generator.tokenizer();
   const std::vector<int32_t> prompt = tokenizer.Encode(args.prompt, !args.no_bos);
   generator.CheckRequest(prompt, params);  // before echoing the prompt
+  if (!args.quiet) std::fprintf(stderr, "[tqserve] %s\n", DescribeKvCache(generator).c_str());
   IncrementalDetokenizer detok(&tokenizer, prompt);
   if (args.engine.num_threads > kernels::CpuThreadCount(args.engine.num_threads)) {
     std::fprintf(stderr, "[tqserve] --threads %d is more than the %d cores; using %d\n",
