@@ -254,5 +254,31 @@ TEST(LlamaReference, ThreadCountIsCappedAtTheCores) {
   EXPECT_EQ(kernels::CpuThreadCount(100000), cores);
 }
 
+// Quantized KV caches on the bundled model: how far greedy decoding follows
+// the fp32 cache (reported; the quality bound is the perplexity in eval).
+TEST(LlamaReference, QuantizedKvGreedyFollowsFp32) {
+  Generator fp32(Options(1));
+  const std::vector<int32_t> prompt = fp32.tokenizer().Encode("Once upon a time");
+  const std::vector<int32_t> want = fp32.Generate(prompt, Greedy(100)).output_ids;
+  for (kernels::KvDtype dtype : {kernels::KvDtype::kInt8, kernels::KvDtype::kTq4,
+                                 kernels::KvDtype::kTq3, kernels::KvDtype::kInt4}) {
+    EngineOptions o = Options(1);
+    o.kv_cache_dtype = dtype;
+    Generator gen(o);
+    const GenerationResult got = gen.Generate(prompt, Greedy(100));
+    size_t prefix = 0;
+    while (prefix < 100 && got.output_ids[prefix] == want[prefix]) ++prefix;
+    std::printf("kv %s: first %zu of 100 greedy ids equal fp32's: %s\n",
+                std::string(kernels::KvDtypeName(dtype)).c_str(), prefix,
+                gen.tokenizer().Decode(got.output_ids).c_str());
+    EXPECT_EQ(gen.block_pool().num_used(), 0);
+    if (dtype == kernels::KvDtype::kInt8) {
+      EXPECT_EQ(prefix, 100u);
+    }
+    // The first sentence ("there was a little girl named Lily.") survives 3 bits.
+    EXPECT_GE(prefix, 10u) << kernels::KvDtypeName(dtype);
+  }
+}
+
 }  // namespace
 }  // namespace tq
