@@ -113,7 +113,17 @@ void EncodeRecord(const float* x, const KvLayout& layout, const TqLayerCodec* tq
   uint8_t indices[512];  // head_dim <= 512 (checked by the cache)
   for (int32_t i = 0; i < d; ++i) indices[i] = Quantize(y[i], boundaries, 1 << bits);
   PackPlanes(indices, d, bits, code);
-  StoreHalf(param, norm);
+  // Store |x| / |ĉ| rather than |x|, so the reconstruction norm·ĉ keeps the
+  // vector's length: Lloyd–Max codes shrink vectors (|ĉ| < 1 on average),
+  // which flattens softmax scores. Measured on stories260K (eval, fp32 KV
+  // 3.3763): tq3 3.6446 -> 3.6052, tq4 3.4634 -> 3.4455 (docs/PERFORMANCE.md).
+  const float* centroids = key ? tq->k_centroids : tq->v_centroids;
+  double c2 = 0.0;
+  for (int32_t i = 0; i < d; ++i) {
+    c2 += static_cast<double>(centroids[indices[i]]) * centroids[indices[i]];
+  }
+  const float stored = c2 > 0.0 ? static_cast<float>(norm / std::sqrt(c2)) : 0.0f;
+  StoreHalf(param, stored);
 }
 
 void DecodeRecord(const uint8_t* code, const uint8_t* param, const KvLayout& layout,
