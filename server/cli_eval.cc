@@ -84,9 +84,7 @@ void RunEval(EvalArgs& args) {
       std::string(kernels::KvDtypeName(args.engine.kv_cache_dtype)).c_str());
   using Seconds = std::chrono::duration<double>;
   const double eval_s = Seconds(end - start).count();
-  if (!generator.kv_calibration_source().empty()) {
-    std::printf("tq keys %s\n", generator.kv_calibration_source().c_str());
-  }
+  std::printf("%s\n", DescribeKvCache(generator).c_str());
   std::printf("time %.3f s (load %.3f s; %d windows; %.0f scored tokens/s)\n", eval_s,
               Seconds(start - load_start).count(), r.num_windows,
               static_cast<double>(r.num_predicted) / std::max(eval_s, 1e-9));
