@@ -19,7 +19,7 @@ namespace {
 
 struct EvalArgs {
   EngineOptions engine;
-  std::string kv_cache_dtype = "fp32";
+  std::string kv_cache_dtype = "tq3";  // DESIGN.md: tq3 is the default KV format
   std::string text_path;
   std::optional<int32_t> ctx, stride;
   std::optional<int32_t> max_documents;

@@ -15,7 +15,7 @@ namespace {
 
 struct GenerateArgs {
   EngineOptions engine;
-  std::string kv_cache_dtype = "fp32";
+  std::string kv_cache_dtype = "tq3";  // DESIGN.md: tq3 is the default KV format
   std::string prompt = "Once upon a time";
   bool no_bos = false;
   SamplingParams sampling;

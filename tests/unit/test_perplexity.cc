@@ -268,8 +268,11 @@ TEST_F(EvalCliTest, PrintsPerplexityLine) {
                        "' --ctx 64 --stride 32 --max-documents 2 --threads 2");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("perplexity "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("(2 documents, ctx 64, stride 32, kv-cache-dtype fp32)"), std::string::npos)
+  // tq3 is the default KV format; its start-up line reports capacity and calibration.
+  EXPECT_NE(r.out.find("(2 documents, ctx 64, stride 32, kv-cache-dtype tq3)"), std::string::npos)
       << r.out;
+  EXPECT_NE(r.out.find("KV cache tq3 (5 bits/element)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("calibrated on the built-in text"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\ntime "), std::string::npos) << r.out;
 }
 
