@@ -4,6 +4,9 @@
 
 #include <string>
 
+#include "engine/runtime/generator.h"
+#include "kernels/kv_layout.h"
+
 namespace CLI {
 class App;
 }
@@ -11,6 +14,13 @@ class App;
 namespace tq {
 
 class Generator;
+struct EngineOptions;
+
+/// Adds --kv-cache-dtype (into *kv_cache_dtype), --kv-cache-memory,
+/// --block-size, --kv-calibration-text and --kv-calibration-stats to `cmd`.
+void AddKvCacheFlags(CLI::App* cmd, EngineOptions* engine, std::string* kv_cache_dtype);
+/// Parses a --kv-cache-dtype value; throws tq::Error naming the flag.
+kernels::KvDtype ParseKvDtypeFlag(const std::string& value);
 
 /// One line on the KV cache a Generator built: format, bits per element,
 /// blocks, capacity in tokens, bytes, and how tq keys were calibrated.

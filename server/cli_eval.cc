@@ -38,9 +38,7 @@ std::vector<std::string> ReadDocuments(const std::string& path) {
 }
 
 void RunEval(EvalArgs& args) {
-  if (!kernels::ParseKvDtype(args.kv_cache_dtype, &args.engine.kv_cache_dtype)) {
-    throw Error("--kv-cache-dtype: unknown value '" + args.kv_cache_dtype + "'");
-  }
+  args.engine.kv_cache_dtype = ParseKvDtypeFlag(args.kv_cache_dtype);
   if (args.max_documents && *args.max_documents < 1) {
     throw Error("--max-documents must be >= 1");
   }
@@ -103,20 +101,15 @@ void AddEvalCommand(CLI::App& app) {
   cmd->add_option("--text", args->text_path,
                   "Text file; documents are separated by blank lines, each scored with BOS first")
       ->required();
-  cmd->add_option("--kv-cache-dtype", args->kv_cache_dtype, "KV cache element type (e.g. fp32)")
-      ->capture_default_str();
   cmd->add_option("--ctx", args->ctx, "Window length in tokens (default: the model's context)");
   cmd->add_option("--stride", args->stride,
                   "Window advance in tokens; each window scores only its last stride tokens "
                   "(default: ctx/2)");
   cmd->add_option("--max-documents", args->max_documents, "Score only the first N documents");
-  cmd->add_option("--kv-calibration-text", args->engine.kv_calibration_text,
-                  "Text to calibrate the tq key statistics on (default: built-in text)");
-  cmd->add_option("--kv-calibration-stats", args->engine.kv_calibration_stats,
-                  "tq key statistics JSON: loaded when it exists, else written after calibrating");
   cmd->add_option("--threads", args->engine.num_threads,
                   "CPU compute threads (0 = all cores; capped at the core count)")
       ->capture_default_str();
+  AddKvCacheFlags(cmd, &args->engine, &args->kv_cache_dtype);
   cmd->callback([args] { RunEval(*args); });
 }
 

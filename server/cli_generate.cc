@@ -26,10 +26,7 @@ struct GenerateArgs {
 };
 
 void RunGenerate(GenerateArgs& args) {
-  if (!kernels::ParseKvDtype(args.kv_cache_dtype, &args.engine.kv_cache_dtype)) {
-    throw Error("--kv-cache-dtype: unknown value '" + args.kv_cache_dtype +
-                "' (expected fp32, fp16, bf16, int8, int4, tq3 or tq4)");
-  }
+  args.engine.kv_cache_dtype = ParseKvDtypeFlag(args.kv_cache_dtype);
   const auto load_start = std::chrono::steady_clock::now();
   Generator generator(args.engine);
   const ModelFiles& files = generator.files();
@@ -138,22 +135,12 @@ void AddGenerateCommand(CLI::App& app) {
   cmd->add_option("--threads", args->engine.num_threads,
                   "CPU compute threads (0 = all cores; capped at the core count)")
       ->capture_default_str();
-  cmd->add_option("--kv-cache-dtype", args->kv_cache_dtype,
-                  "KV cache format: fp32, fp16, bf16, int8, int4, tq3, tq4")
-      ->capture_default_str();
-  cmd->add_option("--block-size", args->engine.block_size, "Tokens per KV block")
-      ->capture_default_str();
   cmd->add_option("--max-model-len", args->engine.max_model_len, "Context length (0 = the model's)")
       ->capture_default_str();
   cmd->add_option("--max-num-batched-tokens", args->engine.max_num_batched_tokens,
                   "Prefill chunk size in tokens")
       ->capture_default_str();
-  cmd->add_option("--kv-cache-memory", args->engine.kv_cache_memory,
-                  "KV pool size in bytes (0 = one --max-model-len sequence)");
-  cmd->add_option("--kv-calibration-text", args->engine.kv_calibration_text,
-                  "Text to calibrate the tq key statistics on (default: built-in text)");
-  cmd->add_option("--kv-calibration-stats", args->engine.kv_calibration_stats,
-                  "JSON file of tq key statistics: loaded if it exists, else written");
+  AddKvCacheFlags(cmd, &args->engine, &args->kv_cache_dtype);
   cmd->add_flag("--quiet", args->quiet, "Do not print the KV cache and timing lines to stderr");
   cmd->callback([args] { RunGenerate(*args); });
 }

@@ -256,6 +256,7 @@ void SaveKeyStats(const std::string& path, const KeyChannelStats& stats) {
   j["head_dim"] = stats.head_dim;
   j["num_tokens"] = stats.num_tokens;
   j["source"] = stats.source;
+  if (!stats.model_fingerprint.empty()) j["model_fingerprint"] = stats.model_fingerprint;
   j["mean"] = Nested(stats.mean, stats.num_layers, stats.num_kv_heads, stats.head_dim);
   j["scale"] = Nested(stats.scale, stats.num_layers, stats.num_kv_heads, stats.head_dim);
   // nlohmann writes doubles in shortest round-trip form; a float widened to double reads back
@@ -284,7 +285,7 @@ void SaveKeyStats(const std::string& path, const KeyChannelStats& stats) {
 }
 
 KeyChannelStats LoadKeyStats(const std::string& path, int32_t num_layers, int32_t num_kv_heads,
-                             int32_t head_dim) {
+                             int32_t head_dim, const std::string& model_fingerprint) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
     Fail(path, std::filesystem::exists(path, ec) ? "not a regular file" : "no such file");
@@ -318,6 +319,14 @@ KeyChannelStats LoadKeyStats(const std::string& path, int32_t num_layers, int32_
   if (s.num_tokens <= 0) Fail(path, "\"num_tokens\" must be positive");
   ReadTensor(path, j, "mean", num_layers, num_kv_heads, head_dim, false, &s.mean);
   ReadTensor(path, j, "scale", num_layers, num_kv_heads, head_dim, true, &s.scale);
+  if (auto it = j.find("model_fingerprint"); it != j.end()) {
+    if (!it->is_string()) Fail(path, "\"model_fingerprint\" is not a string");
+    s.model_fingerprint = it->get<std::string>();
+  }
+  if (!model_fingerprint.empty() && s.model_fingerprint != model_fingerprint) {
+    Fail(path, "calibrated for a different model (fingerprint '" + s.model_fingerprint +
+                   "', this model '" + model_fingerprint + "'); delete it to recalibrate");
+  }
   std::string saved_source;
   if (auto it = j.find("source"); it != j.end()) {
     if (!it->is_string()) Fail(path, "\"source\" is not a string");

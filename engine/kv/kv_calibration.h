@@ -31,6 +31,10 @@ struct KeyChannelStats {
   std::vector<float> mean, scale;
   /// Tokens the statistics were computed from (per layer; the fewest any layer saw).
   int64_t num_tokens = 0;
+  /// Identifies the model the stats belong to (Generator: a hash of the
+  /// layer-0 key projection); "" = unknown. LoadKeyStats refuses a mismatch,
+  /// since another model's statistics silently wreck quality.
+  std::string model_fingerprint;
   /// Where they came from: "built-in text", a text file's path, or, after LoadKeyStats,
   /// "loaded from <path>" followed by the saved source in parentheses when there is one.
   std::string source;
@@ -86,6 +90,6 @@ void SaveKeyStats(const std::string& path, const KeyChannelStats& stats);
 /// wrongly typed field, a shape other than num_layers × num_kv_heads × head_dim, a mean that
 /// is not finite, or a scale that is not finite and positive.
 KeyChannelStats LoadKeyStats(const std::string& path, int32_t num_layers, int32_t num_kv_heads,
-                             int32_t head_dim);
+                             int32_t head_dim, const std::string& model_fingerprint = "");
 
 }  // namespace tq

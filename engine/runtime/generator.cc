@@ -1,9 +1,11 @@
 #include "engine/runtime/generator.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <new>
 #include <string>
 
 #include "engine/common/error.h"
@@ -29,7 +31,9 @@ class ScopedBlockTable {
 
 Generator::Generator(const EngineOptions& options) : options_(options) {
   if (options.num_threads < 0) throw Error("--threads must be >= 0 (0 = all cores)");
-  if (options.block_size <= 0) throw Error("--block-size must be positive");
+  if (options.block_size <= 0 || options.block_size > 1024) {
+    throw Error("--block-size must be in [1, 1024]");
+  }
   if (options.max_num_batched_tokens <= 0) throw Error("--max-num-batched-tokens must be positive");
   if (options.max_model_len < 0) throw Error("--max-model-len must be >= 0 (0 = the model's)");
   files_ = LoadModelFiles(options.model_dir);
@@ -55,11 +59,17 @@ Generator::Generator(const EngineOptions& options) : options_(options) {
       options.kv_cache_memory > 0
           ? PagedKvCache::BlocksForBudget(options.kv_cache_memory, c.num_hidden_layers, layout)
           : blocks_for_one_seq;
-  if (layout.num_blocks < 1) {
-    throw Error("--kv-cache-memory " + std::to_string(options.kv_cache_memory) +
-                " bytes holds no KV block (one block needs " +
-                std::to_string(PagedKvCache::BytesPerBlock(c.num_hidden_layers, layout)) +
-                " bytes)");
+  // As vLLM: the pool must hold at least one sequence of max_model_len tokens,
+  // so an accepted request can never run out of blocks on its own.
+  if (layout.num_blocks < blocks_for_one_seq) {
+    throw Error("--kv-cache-memory " + std::to_string(options.kv_cache_memory) + " bytes holds " +
+                std::to_string(static_cast<int64_t>(layout.num_blocks) * layout.block_size) +
+                " tokens of " + std::string(kernels::KvDtypeName(layout.dtype)) +
+                " KV cache, fewer than --max-model-len " + std::to_string(max_model_len_) +
+                " (needs " +
+                std::to_string(PagedKvCache::BytesPerBlock(c.num_hidden_layers, layout) *
+                               blocks_for_one_seq) +
+                " bytes); raise it or lower --max-model-len");
   }
   std::shared_ptr<const TqCodecState> tq;
   if (kernels::KvStoresPreRopeKeys(layout.dtype)) {
@@ -67,7 +77,14 @@ Generator::Generator(const EngineOptions& options) : options_(options) {
     tq = std::make_shared<TqCodecState>(c, layout.dtype, max_model_len_, std::move(stats.mean),
                                         std::move(stats.scale));
   }
-  cache_ = std::make_unique<PagedKvCache>(backend_.get(), c.num_hidden_layers, layout, tq);
+  try {
+    cache_ = std::make_unique<PagedKvCache>(backend_.get(), c.num_hidden_layers, layout, tq);
+  } catch (const std::bad_alloc&) {
+    throw Error("cannot allocate " +
+                std::to_string(PagedKvCache::BytesPerBlock(c.num_hidden_layers, layout) *
+                               layout.num_blocks) +
+                " bytes for the KV cache; lower --kv-cache-memory");
+  }
   pool_ = BlockPool(layout.num_blocks);
 }
 
@@ -182,27 +199,59 @@ std::vector<float> Generator::PromptLogits(std::span<const int32_t> tokens) {
   return all;
 }
 
+std::string Generator::ModelFingerprint() const {
+  // FNV-1a over the shape and the layer-0 key projection: cheap, and any
+  // other checkpoint (even one of the same shape) differs.
+  const ModelConfig& c = files_.config;
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](const void* data, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(data);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  };
+  const int32_t shape[] = {c.num_hidden_layers, c.num_key_value_heads, c.head_dim, c.hidden_size};
+  mix(shape, sizeof(shape));
+  const kernels::BackendBuffer& k_proj = model_->weights().layers.at(0).k_proj;
+  std::vector<uint8_t> host(k_proj.bytes());
+  backend_->CopyToHost(host.data(), k_proj.data(), host.size());
+  mix(host.data(), host.size());
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
 KeyChannelStats Generator::CalibrateKeys() {
   const ModelConfig& c = files_.config;
   const std::string& stats_path = options_.kv_calibration_stats;
   std::error_code ec;
   if (!stats_path.empty() && std::filesystem::exists(stats_path, ec)) {
-    kv_calibration_source_ = "loaded from " + stats_path;
-    return LoadKeyStats(stats_path, c.num_hidden_layers, c.num_key_value_heads, c.head_dim);
+    KeyChannelStats stats = LoadKeyStats(stats_path, c.num_hidden_layers, c.num_key_value_heads,
+                                         c.head_dim, ModelFingerprint());
+    kv_calibration_source_ = stats.source;
+    return stats;
   }
   std::string text;
   std::string text_name = "the built-in text";
   if (options_.kv_calibration_text.empty()) {
     text = std::string(BuiltinCalibrationText());
   } else {
+    if (!std::filesystem::is_regular_file(options_.kv_calibration_text, ec)) {
+      throw Error(options_.kv_calibration_text + ": calibration text not found (not a file)");
+    }
     std::ifstream in(options_.kv_calibration_text, std::ios::binary);
     if (!in) throw Error(options_.kv_calibration_text + ": cannot read calibration text");
     text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     text_name = options_.kv_calibration_text;
   }
+  // Up to the model's own context (not --max-model-len: stats saved for reuse
+  // should not depend on a serving limit).
   std::vector<int32_t> tokens = tokenizer_->Encode(text);
-  if (static_cast<int32_t>(tokens.size()) > max_model_len_) tokens.resize(max_model_len_);
-  if (tokens.size() < 2) throw Error(text_name + ": calibration text is empty");
+  if (static_cast<int32_t>(tokens.size()) > c.MaxContext()) tokens.resize(c.MaxContext());
+  constexpr size_t kMinCalibrationTokens = 64;
+  if (tokens.size() < std::min<size_t>(kMinCalibrationTokens, c.MaxContext())) {
+    throw Error(text_name + ": calibration text has " + std::to_string(tokens.size()) +
+                " tokens; at least " + std::to_string(kMinCalibrationTokens) +
+                " are needed for per-channel key statistics");
+  }
 
   // An uncompressed cache just large enough for the calibration tokens.
   kernels::KvLayout layout;
@@ -230,6 +279,7 @@ KeyChannelStats Generator::CalibrateKeys() {
   table.Release(pool);
 
   KeyChannelStats stats = acc.Finish(text_name);
+  stats.model_fingerprint = ModelFingerprint();
   kv_calibration_source_ =
       "calibrated on " + text_name + " (" + std::to_string(tokens.size()) + " tokens)";
   if (!stats_path.empty()) {

@@ -86,6 +86,8 @@ class Generator {
   // Pre-RoPE key statistics for the tq formats: loaded, or computed by running
   // the calibration text through an uncompressed cache.
   KeyChannelStats CalibrateKeys();
+  // Identifies the loaded weights in saved calibration stats.
+  std::string ModelFingerprint() const;
 
   EngineOptions options_;
   ModelFiles files_;

@@ -224,5 +224,47 @@ TEST_F(CliTest, GenerateWithMaxTokensZeroPrintsNoTiming) {
   EXPECT_THAT(r.err, ::testing::Not(HasSubstr("TTFT")));
 }
 
+// tq3 start-up refuses inputs that would silently wreck quality or fail later.
+TEST_F(CliTest, KvCacheStartupChecks) {
+  // A pool smaller than one --max-model-len sequence (vLLM refuses it too).
+  ExpectOneLineError(Run("generate --kv-cache-dtype fp16 --kv-cache-memory 50000"),
+                     {"--kv-cache-memory 50000", "fewer than --max-model-len 512"});
+  EXPECT_EQ(Run("generate --kv-cache-memory -5").exit_code, 2);
+  EXPECT_EQ(Run("generate --block-size 1000000").exit_code, 2);
+  // A calibration text too short for per-channel statistics.
+  const std::string tiny = (dir_ / "tiny.txt").string();
+  std::ofstream(tiny) << "a";
+  ExpectOneLineError(Run("generate --kv-calibration-text '" + tiny + "'"),
+                     {tiny, "at least 64 are needed"});
+  ExpectOneLineError(Run("generate --kv-calibration-text '" + dir_.string() + "'"),
+                     {dir_.string(), "not a file"});
+}
+
+TEST_F(CliTest, KvCalibrationStatsAreSavedLoadedAndTiedToTheModel) {
+  const std::string stats = (dir_ / "stats.json").string();
+  const RunResult saved =
+      Run("generate --max-tokens 3 --temperature 0 --kv-calibration-stats '" + stats + "'");
+  ASSERT_EQ(saved.exit_code, 0) << saved.err;
+  EXPECT_THAT(saved.err, HasSubstr("calibrated on the built-in text"));
+  EXPECT_THAT(saved.err, HasSubstr("saved to " + stats));
+  const RunResult loaded =
+      Run("generate --max-tokens 3 --temperature 0 --kv-calibration-stats '" + stats + "'");
+  ASSERT_EQ(loaded.exit_code, 0) << loaded.err;
+  EXPECT_THAT(loaded.err, HasSubstr("loaded from " + stats));
+  EXPECT_EQ(loaded.out, saved.out);  // same statistics, same greedy text
+
+  // Stats of another model with the same shape are refused.
+  const fs::path other = dir_ / "other";
+  const RunResult made =
+      Run("make-random-model --hidden-size 64 --num-layers 5 --num-heads 8 "
+          "--num-kv-heads 4 --intermediate-size 64 --vocab-size 512 "
+          "--tokenizer '" +
+          std::string(TQ_MODEL_DIR) + "/tokenizer.model' --out '" + other.string() + "'");
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  ExpectOneLineError(
+      Run("generate --model '" + other.string() + "' --kv-calibration-stats '" + stats + "'"),
+      {stats, "calibrated for a different model"});
+}
+
 }  // namespace
 }  // namespace tq

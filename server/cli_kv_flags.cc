@@ -1,0 +1,35 @@
+// KV cache flags shared by `generate` and `eval`.
+#include <CLI/CLI.hpp>
+
+#include "engine/common/error.h"
+#include "server/cli_commands.h"
+
+namespace tq {
+
+void AddKvCacheFlags(CLI::App* cmd, EngineOptions* engine, std::string* kv_cache_dtype) {
+  cmd->add_option("--kv-cache-dtype", *kv_cache_dtype,
+                  "KV cache format: fp32, fp16, bf16, int8, int4, tq3, tq4")
+      ->capture_default_str();
+  // Validators see the text before conversion, so "-5" cannot wrap around.
+  cmd->add_option("--kv-cache-memory", engine->kv_cache_memory,
+                  "KV pool size in bytes (0 = one --max-model-len sequence)")
+      ->check(CLI::Range(0.0, 1e15));
+  cmd->add_option("--block-size", engine->block_size, "Tokens per KV block")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--kv-calibration-text", engine->kv_calibration_text,
+                  "Text to calibrate the tq key statistics on (default: built-in text)");
+  cmd->add_option("--kv-calibration-stats", engine->kv_calibration_stats,
+                  "JSON file of tq key statistics: loaded if it exists, else written");
+}
+
+kernels::KvDtype ParseKvDtypeFlag(const std::string& value) {
+  kernels::KvDtype dtype;
+  if (!kernels::ParseKvDtype(value, &dtype)) {
+    throw Error("--kv-cache-dtype: unknown value '" + value +
+                "' (expected fp32, fp16, bf16, int8, int4, tq3 or tq4)");
+  }
+  return dtype;
+}
+
+}  // namespace tq
