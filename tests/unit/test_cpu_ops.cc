@@ -9,20 +9,16 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <mutex>
 #include <numeric>
 #include <random>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -30,12 +26,9 @@
 #include "kernels/half.h"
 #include "kernels/kv_layout.h"
 #include "kernels/op_params.h"
-#include "tests/unit/watchdog.h"
 
 namespace tq::kernels {
 namespace {
-
-using tq::testing::Watchdog;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr size_t kGuard = 16;           // floats after every output buffer
