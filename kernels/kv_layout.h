@@ -111,6 +111,13 @@ struct KvLayerView {
   void* v = nullptr;
   KvLayout layout;
   const TqLayerCodec* tq = nullptr;  // required for kTq3/kTq4, else unused
+  // Attention sink (tq formats, optional): the first sink_tokens positions of
+  // every sequence are also kept exact, fp32, keys before RoPE, indexed by the
+  // block that holds them (a sequence's first block):
+  // sink_k/sink_v [num_blocks][sink_tokens][num_kv_heads][head_dim].
+  int32_t sink_tokens = 0;
+  float* sink_k = nullptr;
+  float* sink_v = nullptr;
 };
 
 }  // namespace tq::kernels

@@ -82,6 +82,7 @@ struct KvWriteParams {
   const int32_t* slot_mapping = nullptr;  // [num_tokens]; slot < 0 skips the token
   int32_t num_tokens = 0;
   KvLayerView cache;
+  const int32_t* positions = nullptr;  // [num_tokens]; needed only for an attention sink
 };
 
 /// Causal GQA attention over the paged cache for a varlen batch: token t of

@@ -17,6 +17,9 @@ void AddKvCacheFlags(CLI::App* cmd, EngineOptions* engine, std::string* kv_cache
   cmd->add_option("--block-size", engine->block_size, "Tokens per KV block")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  cmd->add_option("--kv-sink-tokens", engine->kv_sink_tokens,
+                  "tq: keep the first N positions of each sequence exact (0..8)")
+      ->capture_default_str();
   cmd->add_option("--kv-calibration-text", engine->kv_calibration_text,
                   "Text to calibrate the tq key statistics on (default: built-in text)");
   cmd->add_option("--kv-calibration-stats", engine->kv_calibration_stats,

@@ -144,7 +144,8 @@ void LlamaModel::Attention(int32_t layer, const ForwardBatch& batch, PagedKvCach
   }
 
   const kernels::KvLayerView view = cache.Layer(layer);
-  backend_->KvWrite({k_.as<float>(), v_.as<float>(), slots_.as<int32_t>(), n, view});
+  backend_->KvWrite(
+      {k_.as<float>(), v_.as<float>(), slots_.as<int32_t>(), n, view, positions_.as<int32_t>()});
   kernels::PagedAttentionParams p;
   p.q = q_.as<float>();
   p.out = attn_.as<float>();

@@ -36,6 +36,11 @@ Generator::Generator(const EngineOptions& options) : options_(options) {
   }
   if (options.max_num_batched_tokens <= 0) throw Error("--max-num-batched-tokens must be positive");
   if (options.max_model_len < 0) throw Error("--max-model-len must be >= 0 (0 = the model's)");
+  if (options.kv_sink_tokens < 0 || options.kv_sink_tokens > 8 ||
+      options.kv_sink_tokens > options.block_size ||
+      (options.kv_sink_tokens > 0 && !kernels::KvStoresPreRopeKeys(options.kv_cache_dtype))) {
+    throw Error("--kv-sink-tokens must be 0..8 (and <= --block-size), with a tq KV cache dtype");
+  }
   files_ = LoadModelFiles(options.model_dir);
   const ModelConfig& c = files_.config;
   if (options.max_model_len > c.MaxContext()) {
@@ -57,7 +62,8 @@ Generator::Generator(const EngineOptions& options) : options_(options) {
   const int32_t blocks_for_one_seq = (max_model_len_ + layout.block_size - 1) / layout.block_size;
   layout.num_blocks =
       options.kv_cache_memory > 0
-          ? PagedKvCache::BlocksForBudget(options.kv_cache_memory, c.num_hidden_layers, layout)
+          ? PagedKvCache::BlocksForBudget(options.kv_cache_memory, c.num_hidden_layers, layout,
+                                          options.kv_sink_tokens)
           : blocks_for_one_seq;
   // As vLLM: the pool must hold at least one sequence of max_model_len tokens,
   // so an accepted request can never run out of blocks on its own.
@@ -67,7 +73,8 @@ Generator::Generator(const EngineOptions& options) : options_(options) {
                 " tokens of " + std::string(kernels::KvDtypeName(layout.dtype)) +
                 " KV cache, fewer than --max-model-len " + std::to_string(max_model_len_) +
                 " (needs " +
-                std::to_string(PagedKvCache::BytesPerBlock(c.num_hidden_layers, layout) *
+                std::to_string(PagedKvCache::BytesPerBlock(c.num_hidden_layers, layout,
+                                                           options.kv_sink_tokens) *
                                blocks_for_one_seq) +
                 " bytes); raise it or lower --max-model-len");
   }
@@ -78,10 +85,12 @@ Generator::Generator(const EngineOptions& options) : options_(options) {
                                         std::move(stats.scale));
   }
   try {
-    cache_ = std::make_unique<PagedKvCache>(backend_.get(), c.num_hidden_layers, layout, tq);
+    cache_ = std::make_unique<PagedKvCache>(backend_.get(), c.num_hidden_layers, layout, tq,
+                                            options.kv_sink_tokens);
   } catch (const std::bad_alloc&) {
     throw Error("cannot allocate " +
-                std::to_string(PagedKvCache::BytesPerBlock(c.num_hidden_layers, layout) *
+                std::to_string(PagedKvCache::BytesPerBlock(c.num_hidden_layers, layout,
+                                                           options.kv_sink_tokens) *
                                layout.num_blocks) +
                 " bytes for the KV cache; lower --kv-cache-memory");
   }

@@ -33,6 +33,7 @@ struct EngineOptions {
   // tq KV formats: pre-RoPE key statistics (DESIGN.md "KV cache").
   std::string kv_calibration_text;   // text file to calibrate on; "" = built-in text
   std::string kv_calibration_stats;  // JSON: loaded when it exists, else written after calibrating
+  int32_t kv_sink_tokens = 0;        // tq: first N positions also kept exact (attention sink)
 };
 
 /// Why generation stopped (OpenAI finish_reason): "stop" (EOS or a stop

@@ -24,6 +24,8 @@
 namespace tq::kernels::cpu {
 namespace {
 
+constexpr int32_t kMaxSinkTokens = 8;
+
 // Slot of position j of a sequence whose block table is `table`.
 inline int64_t SlotOf(const int32_t* table, int32_t j, int32_t block_size) {
   return static_cast<int64_t>(table[j / block_size]) * block_size + j % block_size;
@@ -35,6 +37,24 @@ void CheckTq(const KvLayerView& cache) {
     throw std::invalid_argument("tq KV cache without its codec");
   }
   if (cache.layout.head_dim > 512) throw std::invalid_argument("head_dim > 512");
+  if (cache.sink_k &&
+      (!tq || cache.sink_tokens > kMaxSinkTokens || cache.sink_tokens > cache.layout.block_size)) {
+    throw std::invalid_argument("attention sink needs a tq format and <= 8 tokens in one block");
+  }
+}
+
+// Attention sink: positions [0, SinkCount) use the exact fp32 copies kept
+// beside the codes. Their scores replace the codes' scores before the
+// softmax; their values are added after Rᵀ, and their code weights zeroed.
+inline int32_t SinkCount(const KvLayerView& cache, int32_t ctx) {
+  return cache.sink_k ? std::min(cache.sink_tokens, ctx) : 0;
+}
+inline const float* SinkRow(const float* pool, const KvLayerView& cache, int32_t first_block,
+                            int32_t j, int32_t kv_head) {
+  const KvLayout& l = cache.layout;
+  return pool +
+         ((static_cast<size_t>(first_block) * cache.sink_tokens + j) * l.num_kv_heads + kv_head) *
+             l.head_dim;
 }
 
 // In-place RoPE (rotate_half) of one key from the precomputed table.
@@ -51,6 +71,16 @@ inline void RopeKey(float* k, int32_t pos, const TqLayerCodec& tq, int32_t head_
 }
 
 // out[0..n) += w · x[0..n), 8 lanes at a time (x and out do not overlap).
+// Overwrites scores[g * ctx + j] for the sink positions (keys RoPE'd here).
+void SinkScores(const KvLayerView& cache, const int32_t* table, int32_t ctx, int32_t kv_head,
+                const float* q0, int32_t group, float scale, float* scores);
+// Moves the sink positions' probabilities to probs[j * group + g] (zeroing them
+// in scores), for SinkAddValues after the codes' values are un-rotated.
+void SinkTakeProbs(const KvLayerView& cache, int32_t ctx, int32_t group, float* scores,
+                   float* probs);
+void SinkAddValues(const KvLayerView& cache, const int32_t* table, int32_t ctx, int32_t kv_head,
+                   int32_t group, const float* probs, float* out0);
+
 inline void Axpy(float w, const float* x, float* out, int32_t n) {
   int32_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -538,8 +568,11 @@ void TqAttentionItem(const KvLayerView& cache, const KvRecord& krec, const KvRec
     }
     cur = next;
   }
+  SinkScores(cache, table, ctx, kv_head, q0, group, scale, scores);
   // Softmax per query head.
   for (int32_t g = 0; g < group; ++g) Softmax(scores + static_cast<size_t>(g) * ctx, ctx);
+  float sink_probs[kMaxSinkTokens * 64];
+  SinkTakeProbs(cache, ctx, group, scores, sink_probs);
   std::fill(out0, out0 + static_cast<int64_t>(group) * d, 0.0f);
   float w[kTile * 64];
   LocateTile(vpool, l, vrec, table, 0, std::min(kTile, ctx), kv_head, &cur);
@@ -572,6 +605,39 @@ void TqAttentionItem(const KvLayerView& cache, const KvRecord& krec, const KvRec
     cur = next;
   }
   for (int32_t g = 0; g < group; ++g) tq.rotation->Inverse(out0 + g * d, out0 + g * d);
+  SinkAddValues(cache, table, ctx, kv_head, group, sink_probs, out0);
+}
+
+void SinkScores(const KvLayerView& cache, const int32_t* table, int32_t ctx, int32_t kv_head,
+                const float* q0, int32_t group, float scale, float* scores) {
+  const int32_t d = cache.layout.head_dim;
+  float key[512];
+  for (int32_t j = 0; j < SinkCount(cache, ctx); ++j) {
+    std::copy_n(SinkRow(cache.sink_k, cache, table[0], j, kv_head), d, key);
+    RopeKey(key, j, *cache.tq, d);
+    for (int32_t g = 0; g < group; ++g) {
+      scores[static_cast<size_t>(g) * ctx + j] = Dot(q0 + g * d, key, d) * scale;
+    }
+  }
+}
+
+void SinkTakeProbs(const KvLayerView& cache, int32_t ctx, int32_t group, float* scores,
+                   float* probs) {
+  for (int32_t j = 0; j < SinkCount(cache, ctx); ++j) {
+    for (int32_t g = 0; g < group; ++g) {
+      probs[j * group + g] = scores[static_cast<size_t>(g) * ctx + j];
+      scores[static_cast<size_t>(g) * ctx + j] = 0.0f;
+    }
+  }
+}
+
+void SinkAddValues(const KvLayerView& cache, const int32_t* table, int32_t ctx, int32_t kv_head,
+                   int32_t group, const float* probs, float* out0) {
+  const int32_t d = cache.layout.head_dim;
+  for (int32_t j = 0; j < SinkCount(cache, ctx); ++j) {
+    const float* value = SinkRow(cache.sink_v, cache, table[0], j, kv_head);
+    for (int32_t g = 0; g < group; ++g) Axpy(probs[j * group + g], value, out0 + g * d, d);
+  }
 }
 
 }  // namespace
@@ -595,6 +661,13 @@ void KvWrite(const KvWriteParams& p) {
                    kpool + ka.code_offset, kpool + ka.param_offset, scratch.data());
       EncodeRecord(p.v + t * row + h * l.head_dim, l, p.cache.tq, KvSide::kValue, h,
                    vpool + va.code_offset, vpool + va.param_offset, scratch.data());
+    }
+    // Sink positions are also kept exact, in their first block's sink row.
+    if (p.cache.sink_k && p.positions && p.positions[t] < p.cache.sink_tokens) {
+      const size_t at =
+          (static_cast<size_t>(slot / l.block_size) * p.cache.sink_tokens + p.positions[t]) * row;
+      std::copy_n(p.k + t * row, row, p.cache.sink_k + at);
+      std::copy_n(p.v + t * row, row, p.cache.sink_v + at);
     }
   }
 }
@@ -656,9 +729,12 @@ void PagedAttention(const PagedAttentionParams& p, ThreadPool& pool) {
           scores[static_cast<size_t>(g) * ctx + j] = Dot(q0 + g * hd, key, hd) * p.scale;
         }
       }
+      SinkScores(p.cache, table, ctx, kv_head, q0, group, p.scale, scores.data());
       // Softmax per query head.
       for (int32_t g = 0; g < group; ++g)
         Softmax(scores.data() + static_cast<size_t>(g) * ctx, ctx);
+      float sink_probs[kMaxSinkTokens * 64];
+      SinkTakeProbs(p.cache, ctx, group, scores.data(), sink_probs);
       // Weighted sum of values (tq: in the rotated space, un-rotated once below).
       std::fill(out0, out0 + static_cast<int64_t>(group) * hd, 0.0f);
       for (int32_t j = 0; j < ctx; ++j) {
@@ -679,6 +755,7 @@ void PagedAttention(const PagedAttentionParams& p, ThreadPool& pool) {
         for (int32_t g = 0; g < group; ++g)
           p.cache.tq->rotation->Inverse(out0 + g * hd, out0 + g * hd);
       }
+      SinkAddValues(p.cache, table, ctx, kv_head, group, sink_probs, out0);
     }
   });
 }

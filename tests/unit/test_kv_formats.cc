@@ -247,5 +247,84 @@ TEST(KvFormats, TqAttentionEqualsAttentionOverDequantizedVectors) {
   }
 }
 
+// With every position inside the attention sink, tq attention must equal
+// exact attention over the original (unquantized) K and V.
+TEST(KvFormats, SinkPositionsAreExact) {
+  for (int32_t d : {128, 96}) {  // tiled (Hadamard) and per-record (dense) paths
+    SCOPED_TRACE("d " + std::to_string(d));
+    const int32_t kv_heads = 2, group = 2, heads = kv_heads * group, ctx = 6, sink = 8;
+    const ModelConfig c = SmallConfig(d, kv_heads);
+    auto backend = kernels::CreateCpuBackend(1);
+    kernels::KvLayout l{KvDtype::kTq3, 2, 16, kv_heads, d};
+    PagedKvCache cache(backend.get(), 1, l,
+                       std::make_shared<TqCodecState>(c, KvDtype::kTq3, c.max_position_embeddings,
+                                                      std::vector<float>{}, std::vector<float>{}),
+                       sink);
+    std::mt19937_64 rng(9);
+    std::normal_distribution<float> normal;
+    const std::vector<int32_t> table = {1, -1};
+    std::vector<int32_t> slots(ctx), pos(ctx), seq(ctx, 0);
+    for (int32_t j = 0; j < ctx; ++j) {
+      slots[j] = 16 + j;
+      pos[j] = j;
+    }
+    std::vector<float> k(ctx * kv_heads * d), v(k.size()), q(ctx * heads * d);
+    for (float& e : k) e = normal(rng);
+    for (float& e : v) e = normal(rng);
+    for (float& e : q) e = normal(rng);
+    const kernels::KvLayerView view = cache.Layer(0);
+    backend->KvWrite({k.data(), v.data(), slots.data(), ctx, view, pos.data()});
+    std::vector<float> out(q.size(), NAN);
+    kernels::PagedAttentionParams p;
+    p.q = q.data();
+    p.out = out.data();
+    p.token_seq = seq.data();
+    p.token_pos = pos.data();
+    p.block_tables = table.data();
+    p.num_tokens = ctx;
+    p.num_heads = heads;
+    p.max_blocks_per_seq = 2;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(d));
+    p.cache = view;
+    backend->PagedAttention(p);
+
+    const std::vector<float> inv_freq = c.RopeInvFreq();
+    double max_err = 0.0;
+    for (int32_t t = 0; t < ctx; ++t) {
+      for (int32_t hq = 0; hq < heads; ++hq) {
+        const int32_t hk = hq / group;
+        std::vector<double> scores(t + 1), acc(d, 0.0);
+        for (int32_t j = 0; j <= t; ++j) {
+          std::vector<double> key(k.begin() + (j * kv_heads + hk) * d,
+                                  k.begin() + (j * kv_heads + hk + 1) * d);
+          for (int32_t i = 0; i < d / 2; ++i) {
+            const double a = j * static_cast<double>(inv_freq[i]);
+            const double x1 = key[i], x2 = key[i + d / 2];
+            key[i] = x1 * std::cos(a) - x2 * std::sin(a);
+            key[i + d / 2] = x2 * std::cos(a) + x1 * std::sin(a);
+          }
+          double dot = 0.0;
+          for (int32_t i = 0; i < d; ++i) dot += q[(t * heads + hq) * d + i] * key[i];
+          scores[j] = dot / std::sqrt(static_cast<double>(d));
+        }
+        const double mx = *std::max_element(scores.begin(), scores.end());
+        double sum = 0.0;
+        for (double& e : scores) {
+          e = std::exp(e - mx);
+          sum += e;
+        }
+        for (int32_t j = 0; j <= t; ++j) {
+          for (int32_t i = 0; i < d; ++i)
+            acc[i] += scores[j] / sum * v[(j * kv_heads + hk) * d + i];
+        }
+        for (int32_t i = 0; i < d; ++i) {
+          max_err = std::max(max_err, std::fabs(out[(t * heads + hq) * d + i] - acc[i]));
+        }
+      }
+    }
+    EXPECT_LT(max_err, 1e-4);
+  }
+}
+
 }  // namespace
 }  // namespace tq
