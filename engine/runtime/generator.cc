@@ -140,6 +140,22 @@ void Generator::RunChunk(std::span<const int32_t> tokens, int32_t begin, BlockTa
   model_->Forward(batch, cache, logits);
 }
 
+void Generator::Prefill(std::span<const int32_t> tokens, int32_t begin, BlockTable& table,
+                        PagedKvCache& cache, bool all_logits, std::vector<float>* logits) {
+  const int32_t n = static_cast<int32_t>(tokens.size());
+  std::vector<float> chunk_logits;
+  if (all_logits) logits->clear();
+  for (; begin < n; begin += options_.max_num_batched_tokens) {
+    const int32_t end = std::min(n, begin + options_.max_num_batched_tokens);
+    RunChunk(tokens.first(end), begin, table, cache, all_logits, &chunk_logits);
+    if (all_logits) {
+      logits->insert(logits->end(), chunk_logits.begin(), chunk_logits.end());
+    } else {
+      logits->swap(chunk_logits);
+    }
+  }
+}
+
 GenerationResult Generator::Generate(std::span<const int32_t> prompt, const SamplingParams& params,
                                      const std::function<void(int32_t)>& on_token) {
   CheckRequest(prompt, params);
@@ -151,7 +167,6 @@ GenerationResult Generator::Generate(std::span<const int32_t> prompt, const Samp
   Sampler sampler(params);
   GenerationResult result;
   std::vector<float> logits;
-  const int32_t chunk = options_.max_num_batched_tokens;
   const auto& eos = files_.config.eos_token_ids;
 
   int32_t computed = 0;  // positions whose K/V are in the cache
@@ -163,13 +178,10 @@ GenerationResult Generator::Generate(std::span<const int32_t> prompt, const Samp
       throw Error("KV cache too small for " + std::to_string(total) +
                   " tokens; raise --kv-cache-memory");
     }
-    // Prefill in chunks of max_num_batched_tokens; decode is a chunk of one.
-    while (computed < total) {
-      const int32_t end = std::min(total, computed + chunk);
-      RunChunk(std::span<const int32_t>(tokens.data(), end), computed, table, *cache_, false,
-               &logits);
-      computed = end;
-    }
+    // Prefill (chunked); decode is a chunk of one.
+    Prefill(std::span<const int32_t>(tokens.data(), total), computed, table, *cache_, false,
+            &logits);
+    computed = total;
     const std::span<const int32_t> prompt_ids(tokens.data(), prompt_len);
     const std::span<const int32_t> output_ids(tokens.data() + prompt_len,
                                               tokens.size() - prompt_len);
@@ -195,16 +207,8 @@ std::vector<float> Generator::PromptLogits(std::span<const int32_t> tokens) {
   if (!table.EnsureCapacity(pool_, static_cast<int32_t>(tokens.size()))) {
     throw Error("KV cache too small for " + std::to_string(tokens.size()) + " tokens");
   }
-  const int32_t vocab = files_.config.vocab_size;
   std::vector<float> all;
-  all.reserve(tokens.size() * vocab);
-  std::vector<float> logits;
-  const int32_t n = static_cast<int32_t>(tokens.size());
-  for (int32_t begin = 0; begin < n; begin += options_.max_num_batched_tokens) {
-    const int32_t end = std::min(n, begin + options_.max_num_batched_tokens);
-    RunChunk(tokens.first(end), begin, table, *cache_, true, &logits);
-    all.insert(all.end(), logits.begin(), logits.end());
-  }
+  Prefill(tokens, 0, table, *cache_, true, &all);
   return all;
 }
 
@@ -279,10 +283,11 @@ KeyChannelStats Generator::CalibrateKeys() {
   model_->SetKeyObserver(
       [&](int32_t layer, const float* keys, int32_t n) { acc.Add(layer, keys, n); });
   std::vector<float> logits;
-  const int32_t n = static_cast<int32_t>(tokens.size());
-  for (int32_t begin = 0; begin < n; begin += options_.max_num_batched_tokens) {
-    const int32_t end = std::min(n, begin + options_.max_num_batched_tokens);
-    RunChunk(std::span<const int32_t>(tokens).first(end), begin, table, cache, false, &logits);
+  try {
+    Prefill(tokens, 0, table, cache, false, &logits);
+  } catch (...) {
+    model_->SetKeyObserver(nullptr);  // the observer refers to this frame
+    throw;
   }
   model_->SetKeyObserver(nullptr);
   table.Release(pool);

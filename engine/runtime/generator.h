@@ -84,6 +84,11 @@ class Generator {
   // returns logits of every token when all_logits, else of the last.
   void RunChunk(std::span<const int32_t> tokens, int32_t begin, BlockTable& table,
                 PagedKvCache& cache, bool all_logits, std::vector<float>* logits);
+  // Runs tokens[begin, end) in chunks of max_num_batched_tokens (earlier
+  // positions already cached): all_logits appends every position's logits to
+  // *logits, else *logits holds the last token's.
+  void Prefill(std::span<const int32_t> tokens, int32_t begin, BlockTable& table,
+               PagedKvCache& cache, bool all_logits, std::vector<float>* logits);
   // Pre-RoPE key statistics for the tq formats: loaded, or computed by running
   // the calibration text through an uncompressed cache.
   KeyChannelStats CalibrateKeys();
