@@ -3,8 +3,10 @@
 // decodes the bytes itself from the layout in docs/kv-cache.md.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -158,6 +160,39 @@ void ReferenceDecode(const std::vector<uint8_t>& pool, const kernels::KvLayout& 
   }
 }
 
+// Causal attention in float64 of one query head (q[d]) at position t: key(j)
+// gives the pre-RoPE key of position j (RoPE, rotate_half, is applied here),
+// value(j) its value.
+std::vector<double> ReferenceAttention(const float* q, int32_t t, int32_t d,
+                                       const std::vector<float>& inv_freq,
+                                       const std::function<std::vector<double>(int32_t)>& key,
+                                       const std::function<std::vector<double>(int32_t)>& value) {
+  std::vector<double> scores(t + 1), acc(d, 0.0);
+  for (int32_t j = 0; j <= t; ++j) {
+    std::vector<double> k = key(j);
+    for (int32_t i = 0; i < d / 2; ++i) {
+      const double a = j * static_cast<double>(inv_freq[i]);
+      const double x1 = k[i], x2 = k[i + d / 2];
+      k[i] = x1 * std::cos(a) - x2 * std::sin(a);
+      k[i + d / 2] = x2 * std::cos(a) + x1 * std::sin(a);
+    }
+    double dot = 0.0;
+    for (int32_t i = 0; i < d; ++i) dot += q[i] * k[i];
+    scores[j] = dot / std::sqrt(static_cast<double>(d));
+  }
+  const double mx = *std::max_element(scores.begin(), scores.end());
+  double sum = 0.0;
+  for (double& e : scores) {
+    e = std::exp(e - mx);
+    sum += e;
+  }
+  for (int32_t j = 0; j <= t; ++j) {
+    const std::vector<double> v = value(j);
+    for (int32_t i = 0; i < d; ++i) acc[i] += scores[j] / sum * v[i];
+  }
+  return acc;
+}
+
 TEST(KvFormats, TqAttentionEqualsAttentionOverDequantizedVectors) {
   for (KvDtype dtype : {KvDtype::kTq3, KvDtype::kTq4}) {
     for (int32_t d : {128, 8, 96}) {
@@ -213,29 +248,18 @@ TEST(KvFormats, TqAttentionEqualsAttentionOverDequantizedVectors) {
       for (int32_t t = 0; t < ctx; ++t) {
         for (int32_t hq = 0; hq < heads; ++hq) {
           const int32_t hk = hq / group;
-          std::vector<double> scores(t + 1), key, value, acc(d, 0.0);
-          for (int32_t j = 0; j <= t; ++j) {
-            ReferenceDecode(kpool, l, true, slots[j], hk, state, mean, scale, &key);
-            for (int32_t i = 0; i < d / 2; ++i) {  // RoPE (rotate_half) at position j
-              const double a = j * static_cast<double>(inv_freq[i]);
-              const double x1 = key[i], x2 = key[i + d / 2];
-              key[i] = x1 * std::cos(a) - x2 * std::sin(a);
-              key[i + d / 2] = x2 * std::cos(a) + x1 * std::sin(a);
-            }
-            double dot = 0.0;
-            for (int32_t i = 0; i < d; ++i) dot += q[(t * heads + hq) * d + i] * key[i];
-            scores[j] = dot / std::sqrt(static_cast<double>(d));
-          }
-          const double mx = *std::max_element(scores.begin(), scores.end());
-          double sum = 0.0;
-          for (double& s : scores) {
-            s = std::exp(s - mx);
-            sum += s;
-          }
-          for (int32_t j = 0; j <= t; ++j) {
-            ReferenceDecode(vpool, l, false, slots[j], hk, state, mean, scale, &value);
-            for (int32_t i = 0; i < d; ++i) acc[i] += scores[j] / sum * value[i];
-          }
+          const std::vector<double> acc = ReferenceAttention(
+              q.data() + (t * heads + hq) * d, t, d, inv_freq,
+              [&](int32_t j) {
+                std::vector<double> key;
+                ReferenceDecode(kpool, l, true, slots[j], hk, state, mean, scale, &key);
+                return key;
+              },
+              [&](int32_t j) {
+                std::vector<double> value;
+                ReferenceDecode(vpool, l, false, slots[j], hk, state, mean, scale, &value);
+                return value;
+              });
           for (int32_t i = 0; i < d; ++i) {
             max_err = std::max(max_err, std::fabs(out[(t * heads + hq) * d + i] - acc[i]));
             max_ref = std::max(max_ref, std::fabs(acc[i]));
@@ -293,30 +317,13 @@ TEST(KvFormats, SinkPositionsAreExact) {
     for (int32_t t = 0; t < ctx; ++t) {
       for (int32_t hq = 0; hq < heads; ++hq) {
         const int32_t hk = hq / group;
-        std::vector<double> scores(t + 1), acc(d, 0.0);
-        for (int32_t j = 0; j <= t; ++j) {
-          std::vector<double> key(k.begin() + (j * kv_heads + hk) * d,
-                                  k.begin() + (j * kv_heads + hk + 1) * d);
-          for (int32_t i = 0; i < d / 2; ++i) {
-            const double a = j * static_cast<double>(inv_freq[i]);
-            const double x1 = key[i], x2 = key[i + d / 2];
-            key[i] = x1 * std::cos(a) - x2 * std::sin(a);
-            key[i + d / 2] = x2 * std::cos(a) + x1 * std::sin(a);
-          }
-          double dot = 0.0;
-          for (int32_t i = 0; i < d; ++i) dot += q[(t * heads + hq) * d + i] * key[i];
-          scores[j] = dot / std::sqrt(static_cast<double>(d));
-        }
-        const double mx = *std::max_element(scores.begin(), scores.end());
-        double sum = 0.0;
-        for (double& e : scores) {
-          e = std::exp(e - mx);
-          sum += e;
-        }
-        for (int32_t j = 0; j <= t; ++j) {
-          for (int32_t i = 0; i < d; ++i)
-            acc[i] += scores[j] / sum * v[(j * kv_heads + hk) * d + i];
-        }
+        auto row = [&](const std::vector<float>& x, int32_t j) {
+          return std::vector<double>(x.begin() + (j * kv_heads + hk) * d,
+                                     x.begin() + (j * kv_heads + hk + 1) * d);
+        };
+        const std::vector<double> acc = ReferenceAttention(
+            q.data() + (t * heads + hq) * d, t, d, inv_freq, [&](int32_t j) { return row(k, j); },
+            [&](int32_t j) { return row(v, j); });
         for (int32_t i = 0; i < d; ++i) {
           max_err = std::max(max_err, std::fabs(out[(t * heads + hq) * d + i] - acc[i]));
         }
