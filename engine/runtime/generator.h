@@ -28,7 +28,8 @@ struct EngineOptions {
   kernels::KvDtype kv_cache_dtype = kernels::KvDtype::kF32;
   int32_t block_size = 16;
   int32_t max_model_len = 0;             // 0 = config.max_position_embeddings
-  int32_t max_num_batched_tokens = 512;  // prefill chunk size
+  int32_t max_num_batched_tokens = 512;  // token budget of one step (prefill chunk size)
+  int32_t max_num_seqs = 256;            // sequences running at once (engine loop)
   size_t kv_cache_memory = 0;            // bytes; 0 = enough for one max_model_len sequence
   // tq KV formats: pre-RoPE key statistics (DESIGN.md "KV cache").
   std::string kv_calibration_text;   // text file to calibrate on; "" = built-in text

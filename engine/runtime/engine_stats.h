@@ -1,0 +1,73 @@
+// What the engine reports about itself, for /metrics, /health and logs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "engine/runtime/request.h"
+
+namespace tq {
+
+/// Fixed facts about the loaded engine (they do not change after start-up).
+struct EngineInfo {
+  std::string model_dir;
+  std::string kv_cache_dtype;  // "tq3", "fp16", ...
+  int32_t block_size = 0;      // tokens per KV block
+  int32_t num_kv_blocks = 0;
+  size_t kv_bytes_per_block = 0;  // all layers, K and V
+  size_t kv_cache_bytes = 0;      // the whole pool
+  int64_t kv_capacity_tokens = 0;
+  int32_t max_model_len = 0;
+  int32_t max_num_seqs = 0;
+  int32_t max_num_batched_tokens = 0;
+  int32_t vocab_size = 0;
+  std::map<std::string, size_t> weight_bytes;  // by precision ("fp32", "fp16", "int4", ...)
+  std::string kv_calibration_source;
+  std::string device = "cpu";
+};
+
+/// A snapshot of the engine's gauges, taken after a step (cheap to copy).
+struct EngineStats {
+  bool alive = false;  // the engine loop runs and has not failed
+  bool draining = false;
+  int32_t num_running = 0;
+  int32_t num_waiting = 0;
+  int32_t kv_blocks_used = 0;
+  int64_t num_steps = 0;
+};
+
+/// Timings of a finished request, in seconds (steady clock).
+struct FinishedRequestStats {
+  FinishReason finish = FinishReason::kNone;
+  int32_t num_prompt_tokens = 0;
+  int32_t num_output_tokens = 0;
+  double queue_seconds = 0;  // arrival -> first scheduled
+  double e2e_seconds = 0;    // arrival -> finished
+  // Prefill compute time (first scheduled -> first token) and decode time
+  // (first token -> finished); 0 when there was no token.
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+};
+
+/// Receives engine events for counters and histograms (Prometheus in the
+/// server). Called on the engine thread, so implementations must be cheap and
+/// thread-safe against concurrent scrapes. The default does nothing.
+class EngineObserver {
+ public:
+  virtual ~EngineObserver() = default;
+  /// A step ran: prompt tokens prefilled for the first time (recompute after
+  /// preemption is not counted again) and tokens generated.
+  virtual void OnStep(int32_t /*prompt_tokens*/, int32_t /*generated_tokens*/) {}
+  /// A request's first token: arrival -> first token (TTFT).
+  virtual void OnFirstToken(double /*ttft_seconds*/) {}
+  /// Each later token: time since the request's previous token (ITL/TPOT).
+  virtual void OnInterToken(double /*itl_seconds*/) {}
+  /// A running sequence was preempted (blocks freed, recomputed later).
+  virtual void OnPreemption() {}
+  /// A request ended (any reason, aborts included).
+  virtual void OnRequestFinished(const FinishedRequestStats& /*stats*/) {}
+};
+
+}  // namespace tq

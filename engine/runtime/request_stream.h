@@ -1,0 +1,40 @@
+// The per-request channel from the engine thread to a front-end thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "engine/runtime/request.h"
+
+namespace tq {
+
+/// Outputs of one request, produced by the engine thread (Push) and consumed
+/// by one front-end thread (Next). Deltas that arrive between two Next calls
+/// are merged into one, so a slow reader never blocks the engine and never
+/// loses tokens. Thread-safe; shared (std::shared_ptr) by both sides.
+class RequestStream {
+ public:
+  explicit RequestStream(std::string request_id) : request_id_(std::move(request_id)) {}
+
+  /// Engine side: appends a delta (merged with any not yet read).
+  void Push(EngineOutput output);
+
+  /// Front-end side: waits up to `timeout` for output; returns everything
+  /// pushed since the previous call, or nullopt on timeout. After the output
+  /// with finished() has been returned, every call returns nullopt at once.
+  std::optional<EngineOutput> Next(std::chrono::milliseconds timeout);
+
+  const std::string& request_id() const { return request_id_; }
+
+ private:
+  const std::string request_id_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<EngineOutput> pending_;
+  bool delivered_final_ = false;
+};
+
+}  // namespace tq

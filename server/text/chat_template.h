@@ -1,0 +1,60 @@
+// Chat messages -> prompt text (tokenizer_config.json chat_template).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/model/model_config.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace tq {
+
+/// One OpenAI chat message after the front end flattened its content (a
+/// string, or the text parts of an array joined with "\n").
+struct ChatMessage {
+  std::string role;  // "system", "user", "assistant"
+  std::string content;
+};
+
+/// A template error that is the request's fault (the template called
+/// raise_exception, e.g. "roles must alternate"): the front end answers 400
+/// with what().
+class ChatTemplateError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Renders chat messages with the model's Jinja chat template (a subset of
+/// Jinja2 sufficient for the Llama-2, Llama-3, ChatML and Mistral templates;
+/// see server/text/jinja.h), or with the documented plain fallback when the
+/// model has none (docs/api.md). Thread-safe after construction (Render is
+/// const).
+class ChatTemplate {
+ public:
+  /// Parses files.tokenizer.chat_template (throws tq::Error naming
+  /// tokenizer_config.json when it cannot be parsed) or selects the fallback.
+  ChatTemplate(const ModelFiles& files, const Tokenizer& tokenizer);
+  ~ChatTemplate();
+
+  /// The prompt text for `messages`; add_generation_prompt appends the
+  /// assistant turn's header. Throws ChatTemplateError (see above).
+  std::string Render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+
+  /// Token ids of a rendered prompt: special-token strings in the text (the
+  /// template's own "<s>", "</s>", "<|begin_of_text|>"...) become their ids,
+  /// the rest is encoded without adding BOS/EOS again. The fallback adds BOS
+  /// as the tokenizer config says.
+  std::vector<int32_t> Tokenize(const std::string& prompt) const;
+
+  bool uses_fallback() const { return uses_fallback_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  bool uses_fallback_ = true;
+};
+
+}  // namespace tq
