@@ -12,7 +12,6 @@
 
 #include "engine/kv/block_pool.h"
 #include "engine/kv/kv_cache.h"
-#include "engine/kv/kv_calibration.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model_config.h"
 #include "engine/sampling/sampling_params.h"
@@ -44,13 +43,18 @@ struct GenerationResult {
   std::string finish_reason;
 };
 
-/// A model loaded on the CPU backend with its tokenizer and a paged KV cache.
-/// Thread ownership: one thread at a time (not thread-safe).
+struct LoadedModel;
+
+/// A model loaded on the CPU backend with its tokenizer and a paged KV cache,
+/// running one sequence at a time (`tqserve generate`, perplexity, tests; the
+/// server's continuous-batching engine is EngineClient). Thread ownership: one
+/// thread at a time (not thread-safe).
 class Generator {
  public:
-  /// Loads config, tokenizer and weights. Throws tq::Error naming the file
-  /// and the problem (missing file, corrupt safetensors, bad config).
+  /// Loads config, tokenizer and weights (LoadModel). Throws tq::Error naming
+  /// the file and the problem (missing file, corrupt safetensors, bad config).
   explicit Generator(const EngineOptions& options);
+  ~Generator();
 
   /// Generates a continuation of `prompt` (token ids, BOS included when
   /// wanted). on_token is called with each new token as soon as it is sampled.
@@ -70,41 +74,28 @@ class Generator {
   /// vocabulary: everything Generate rejects, checked without running.
   void CheckRequest(std::span<const int32_t> prompt, const SamplingParams& params) const;
 
-  const ModelFiles& files() const { return files_; }
-  LlamaModel& model() { return *model_; }
-  const Tokenizer& tokenizer() const { return *tokenizer_; }
-  const PagedKvCache& kv_cache() const { return *cache_; }
+  const ModelFiles& files() const;
+  LlamaModel& model();
+  const Tokenizer& tokenizer() const;
+  const PagedKvCache& kv_cache() const;
   const BlockPool& block_pool() const { return pool_; }
   /// How the tq key statistics were obtained ("" for other KV dtypes), e.g.
   /// "calibrated on the built-in text (412 tokens)" or "loaded from FILE".
-  const std::string& kv_calibration_source() const { return kv_calibration_source_; }
-  int32_t max_model_len() const { return max_model_len_; }
+  const std::string& kv_calibration_source() const;
+  int32_t max_model_len() const;
 
  private:
-  // Runs tokens[begin, end) of a sequence whose earlier positions are cached;
-  // returns logits of every token when all_logits, else of the last.
-  void RunChunk(std::span<const int32_t> tokens, int32_t begin, BlockTable& table,
-                PagedKvCache& cache, bool all_logits, std::vector<float>* logits);
-  // Runs tokens[begin, end) in chunks of max_num_batched_tokens (earlier
-  // positions already cached): all_logits appends every position's logits to
-  // *logits, else *logits holds the last token's.
-  void Prefill(std::span<const int32_t> tokens, int32_t begin, BlockTable& table,
-               PagedKvCache& cache, bool all_logits, std::vector<float>* logits);
-  // Pre-RoPE key statistics for the tq formats: loaded, or computed by running
-  // the calibration text through an uncompressed cache.
-  KeyChannelStats CalibrateKeys();
-  // Identifies the loaded weights in saved calibration stats.
-  std::string ModelFingerprint() const;
-
   EngineOptions options_;
-  ModelFiles files_;
-  std::unique_ptr<kernels::Backend> backend_;
-  std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<LlamaModel> model_;
-  std::unique_ptr<PagedKvCache> cache_;
+  std::unique_ptr<LoadedModel> loaded_;
   BlockPool pool_{0};
-  int32_t max_model_len_ = 0;
-  std::string kv_calibration_source_;
 };
+
+/// Throws tq::Error when `prompt` is empty, longer than max_model_len or has
+/// an id outside [0, vocab_size).
+void CheckPromptIds(std::span<const int32_t> prompt, int32_t max_model_len, int32_t vocab_size);
+/// CheckPromptIds, SamplingParams::Validate and stop token ids below
+/// vocab_size; throws tq::Error with a message naming the field.
+void CheckRequestIds(std::span<const int32_t> prompt, const SamplingParams& params,
+                     int32_t max_model_len, int32_t vocab_size);
 
 }  // namespace tq

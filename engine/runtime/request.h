@@ -40,12 +40,12 @@ struct PositionLogprobs {
 /// A generation request as the engine sees it: token ids in, token ids out.
 /// Text (chat templates, stop strings, detokenization) is the front end's job.
 struct EngineRequest {
-  std::string request_id;          // unique among live requests (the front end picks it)
+  std::string request_id;           // unique among live requests (the front end picks it)
   std::vector<int32_t> prompt_ids;  // BOS included when wanted; 1..max_model_len ids
-  SamplingParams sampling;         // max_tokens, stop_token_ids and ignore_eos inside
-  int32_t num_logprobs = -1;       // -1: none; 0..20: chosen token + this many top tokens
-  bool prompt_logprobs = false;    // also logprobs of prompt tokens 1.. (OpenAI echo)
-  int32_t priority = 0;            // lower runs first (vLLM); ties first-come first-served
+  SamplingParams sampling;          // max_tokens, stop_token_ids and ignore_eos inside
+  int32_t num_logprobs = -1;        // -1: none; 0..20: chosen token + this many top tokens
+  bool prompt_logprobs = false;     // also logprobs of prompt tokens 1.. (OpenAI echo)
+  int32_t priority = 0;             // lower runs first (vLLM); ties first-come first-served
 };
 
 /// Output of one request since its previous output (a delta). The last output

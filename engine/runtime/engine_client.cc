@@ -1,0 +1,247 @@
+// The engine thread and the thread-safe client in front of it (see
+// engine_client.h). Commands travel one way, client -> engine thread, through
+// a mutex-guarded queue; outputs travel back through each RequestStream.
+#include "engine/runtime/engine_client.h"
+
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <variant>
+
+#include "engine/common/error.h"
+#include "engine/runtime/engine_core.h"
+#include "engine/runtime/model_loader.h"
+
+namespace tq {
+namespace {
+
+constexpr int32_t kMaxLogprobs = 20;  // as vLLM's default max_logprobs
+
+struct AddCommand {
+  EngineRequest request;
+  std::shared_ptr<RequestStream> stream;
+  std::chrono::steady_clock::time_point arrival;
+};
+struct AbortCommand {
+  std::string request_id;  // empty: abort all
+};
+using Command = std::variant<AddCommand, AbortCommand>;
+
+EngineInfo DescribeEngine(const EngineOptions& options, const LoadedModel& m) {
+  EngineInfo info;
+  const kernels::KvLayout& layout = m.cache->layout();
+  info.model_dir = options.model_dir;
+  info.kv_cache_dtype = std::string(kernels::KvDtypeName(layout.dtype));
+  info.block_size = layout.block_size;
+  info.num_kv_blocks = layout.num_blocks;
+  info.kv_bytes_per_block =
+      PagedKvCache::BytesPerBlock(m.cache->num_layers(), layout, m.cache->sink_tokens());
+  info.kv_cache_bytes = m.cache->total_bytes();
+  info.kv_capacity_tokens = static_cast<int64_t>(layout.num_blocks) * layout.block_size;
+  info.max_model_len = m.max_model_len;
+  info.max_num_seqs = options.max_num_seqs;
+  info.max_num_batched_tokens = options.max_num_batched_tokens;
+  info.vocab_size = m.files.config.vocab_size;
+  info.weight_bytes["fp32"] =
+      m.model->weights().total_bytes;  // widened at load (see llama_weights.h)
+  info.kv_calibration_source = m.kv_calibration_source;
+  info.device = "cpu";
+  return info;
+}
+
+}  // namespace
+
+struct EngineClient::State {
+  EngineOptions options;
+  LoadedModel model;
+  EngineInfo info;
+  std::unique_ptr<EngineCore> core;  // engine thread only
+  std::thread thread;
+
+  std::mutex mu;  // guards everything below
+  std::condition_variable cv;
+  std::deque<Command> commands;
+  bool stop = false;
+  bool draining = false;
+  bool failed = false;
+  bool stopped = false;
+  EngineStats stats;
+
+  void Run();
+  void Apply(Command& command);
+  void Publish();
+};
+
+void EngineClient::State::Apply(Command& command) {
+  if (auto* add = std::get_if<AddCommand>(&command)) {
+    const auto& live = core->scheduler().LiveRequestIds();
+    if (std::find(live.begin(), live.end(), add->request.request_id) != live.end()) {
+      EngineOutput out;
+      out.finish = FinishReason::kError;
+      out.error = "duplicate request_id " + add->request.request_id;
+      add->stream->Push(std::move(out));
+      return;
+    }
+    core->AddRequest(std::move(add->request), std::move(add->stream), add->arrival);
+  } else {
+    auto& abort = std::get<AbortCommand>(command);
+    if (abort.request_id.empty()) {
+      core->AbortAll();
+    } else {
+      core->Abort(abort.request_id);
+    }
+  }
+}
+
+void EngineClient::State::Publish() {
+  EngineStats s = core->Stats();
+  std::lock_guard<std::mutex> lock(mu);
+  s.alive = !failed && !stopped;
+  s.draining = draining;
+  stats = s;
+}
+
+void EngineClient::State::Run() {
+  std::string failure;
+  for (;;) {
+    std::deque<Command> batch;
+    bool stopping = false;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      // Idle: sleep until a command arrives. Busy: take what is queued and step.
+      if (!core->has_work()) cv.wait(lock, [this] { return !commands.empty() || stop; });
+      batch.swap(commands);
+      stopping = stop;
+    }
+    for (Command& c : batch) Apply(c);
+    if (stopping) break;
+    try {
+      core->Step();
+    } catch (const std::exception& e) {
+      failure = e.what();
+      break;
+    }
+    Publish();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!failure.empty()) failed = true;
+    stopped = true;
+  }
+  if (!failure.empty()) {
+    std::fprintf(stderr, "tqserve: engine step failed: %s\n", failure.c_str());
+    core->FailAll("engine failure: " + failure);
+  } else {
+    core->AbortAll();
+  }
+  // Requests queued after the loop ended get an answer too.
+  std::deque<Command> rest;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    rest.swap(commands);
+  }
+  for (Command& c : rest) {
+    if (auto* add = std::get_if<AddCommand>(&c)) {
+      EngineOutput out;
+      out.finish = failure.empty() ? FinishReason::kAbort : FinishReason::kError;
+      out.error = failure;
+      add->stream->Push(std::move(out));
+    }
+  }
+  Publish();
+}
+
+EngineClient::EngineClient(const EngineOptions& options, EngineObserver* observer)
+    : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.options = options;
+  s.model = LoadModel(options);
+  s.info = DescribeEngine(options, s.model);
+  SchedulerConfig config;
+  config.max_num_seqs = options.max_num_seqs;
+  config.max_num_batched_tokens = options.max_num_batched_tokens;
+  config.max_model_len = s.model.max_model_len;
+  config.block_size = s.info.block_size;
+  config.num_blocks = s.info.num_kv_blocks;
+  config.eos_token_ids = s.model.files.config.eos_token_ids;
+  s.core = std::make_unique<EngineCore>(
+      config, std::make_unique<LlamaModelRunner>(s.model.model.get(), s.model.cache.get()),
+      observer);
+  s.Publish();
+  s.thread = std::thread([&s] { s.Run(); });
+}
+
+EngineClient::~EngineClient() {
+  Shutdown();
+}
+
+std::shared_ptr<RequestStream> EngineClient::Submit(EngineRequest request) {
+  State& s = *state_;
+  if (request.request_id.empty()) throw Error("request_id is empty");
+  CheckRequestIds(request.prompt_ids, request.sampling, s.info.max_model_len, s.info.vocab_size);
+  if (request.num_logprobs < -1 || request.num_logprobs > kMaxLogprobs) {
+    throw Error("logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "], got " +
+                std::to_string(request.num_logprobs));
+  }
+  auto stream = std::make_shared<RequestStream>(request.request_id);
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (s.failed) throw EngineUnavailable("the engine has failed");
+    if (s.stop || s.stopped) throw EngineUnavailable("the engine is shut down");
+    if (s.draining) throw EngineUnavailable("the server is shutting down");
+    s.commands.push_back(AddCommand{std::move(request), stream, std::chrono::steady_clock::now()});
+  }
+  s.cv.notify_one();
+  return stream;
+}
+
+void EngineClient::Abort(const std::string& request_id) {
+  if (request_id.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->commands.push_back(AbortCommand{request_id});
+  }
+  state_->cv.notify_one();
+}
+
+void EngineClient::AbortAll() {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->commands.push_back(AbortCommand{});
+  }
+  state_->cv.notify_one();
+}
+
+void EngineClient::StartDraining() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->draining = true;
+  state_->stats.draining = true;
+}
+
+void EngineClient::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->stop = true;
+  }
+  state_->cv.notify_one();
+  if (state_->thread.joinable()) state_->thread.join();
+}
+
+EngineStats EngineClient::Stats() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->stats;
+}
+
+const EngineInfo& EngineClient::info() const {
+  return state_->info;
+}
+const Tokenizer& EngineClient::tokenizer() const {
+  return *state_->model.tokenizer;
+}
+const ModelFiles& EngineClient::files() const {
+  return state_->model.files;
+}
+
+}  // namespace tq

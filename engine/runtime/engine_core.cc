@@ -1,0 +1,83 @@
+#include "engine/runtime/engine_core.h"
+
+#include <vector>
+
+namespace tq {
+
+EngineCore::EngineCore(const SchedulerConfig& config, std::unique_ptr<ModelRunner> runner,
+                       EngineObserver* observer)
+    : scheduler_(config), runner_(std::move(runner)), observer_(observer) {}
+
+void EngineCore::AddRequest(EngineRequest request, std::shared_ptr<RequestStream> stream,
+                            Clock::time_point arrival) {
+  streams_[request.request_id] = std::move(stream);
+  scheduler_.AddRequest(std::move(request), arrival);
+}
+
+void EngineCore::Abort(const std::string& request_id) {
+  if (std::optional<RequestUpdate> update = scheduler_.Abort(request_id, Clock::now())) {
+    Deliver(*update);
+  }
+}
+
+void EngineCore::AbortAll() {
+  for (const std::string& id : scheduler_.LiveRequestIds()) Abort(id);
+}
+
+void EngineCore::FailAll(const std::string& message) {
+  for (const std::string& id : scheduler_.LiveRequestIds()) {
+    std::optional<RequestUpdate> update = scheduler_.Abort(id, Clock::now());
+    if (!update) continue;
+    update->output.finish = FinishReason::kError;
+    update->output.error = message;
+    update->finished->finish = FinishReason::kError;
+    Deliver(*update);
+  }
+}
+
+void EngineCore::Deliver(RequestUpdate& update) {
+  if (observer_ != nullptr) {
+    if (update.ttft_seconds) observer_->OnFirstToken(*update.ttft_seconds);
+    if (update.itl_seconds) observer_->OnInterToken(*update.itl_seconds);
+    if (update.finished) observer_->OnRequestFinished(*update.finished);
+  }
+  auto it = streams_.find(update.request_id);
+  if (it == streams_.end()) return;
+  const bool finished = update.output.finished();
+  it->second->Push(std::move(update.output));
+  if (finished) streams_.erase(it);
+}
+
+bool EngineCore::Step() {
+  if (!scheduler_.has_work()) return false;
+  ScheduleOutput scheduled = scheduler_.Schedule(Clock::now());
+  if (observer_ != nullptr) {
+    for (size_t i = 0; i < scheduled.preempted_ids.size(); ++i) observer_->OnPreemption();
+  }
+  if (scheduled.empty()) return false;
+  const ModelOutput output = runner_->Execute(scheduled);
+  ++num_steps_;
+  std::vector<RequestUpdate> updates = scheduler_.Update(scheduled, output, Clock::now());
+  if (observer_ != nullptr) {
+    int32_t prompt_tokens = 0;
+    int32_t generated = 0;
+    for (const ScheduledSequence& s : scheduled.sequences) prompt_tokens += s.num_new_prompt_tokens;
+    for (const RequestUpdate& u : updates) {
+      generated += static_cast<int32_t>(u.output.token_ids.size());
+    }
+    observer_->OnStep(prompt_tokens, generated);
+  }
+  for (RequestUpdate& u : updates) Deliver(u);
+  return true;
+}
+
+EngineStats EngineCore::Stats() const {
+  EngineStats s;
+  s.num_running = scheduler_.num_running();
+  s.num_waiting = scheduler_.num_waiting();
+  s.kv_blocks_used = scheduler_.block_pool().num_used();
+  s.num_steps = num_steps_;
+  return s;
+}
+
+}  // namespace tq

@@ -1,0 +1,57 @@
+// One engine step at a time: scheduler + model runner + output routing.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "engine/runtime/engine_stats.h"
+#include "engine/runtime/model_runner.h"
+#include "engine/runtime/request_stream.h"
+#include "engine/runtime/scheduler.h"
+
+namespace tq {
+
+/// The synchronous engine that EngineClient's thread drives (vLLM's
+/// EngineCore): AddRequest / Abort / Step, all on one thread. Owns the
+/// scheduler and routes each RequestUpdate to its request's stream and to the
+/// observer. Tests drive it directly with a fake ModelRunner.
+class EngineCore {
+ public:
+  using Clock = Scheduler::Clock;
+
+  /// `runner` executes the steps; `observer` may be null.
+  EngineCore(const SchedulerConfig& config, std::unique_ptr<ModelRunner> runner,
+             EngineObserver* observer);
+
+  /// Queues a validated request whose outputs go to `stream`.
+  void AddRequest(EngineRequest request, std::shared_ptr<RequestStream> stream,
+                  Clock::time_point arrival);
+  /// Aborts a live request now (its blocks are free when this returns).
+  void Abort(const std::string& request_id);
+  /// Aborts every live request (drain timeout, shutdown).
+  void AbortAll();
+  /// Ends every live request with kError and `message` (engine failure).
+  void FailAll(const std::string& message);
+
+  /// One step: Schedule, Execute, Update, deliver outputs. Returns false when
+  /// there was nothing to run.
+  bool Step();
+
+  bool has_work() const { return scheduler_.has_work(); }
+  /// Gauges of this moment.
+  EngineStats Stats() const;
+  const Scheduler& scheduler() const { return scheduler_; }
+
+ private:
+  void Deliver(RequestUpdate& update);
+
+  Scheduler scheduler_;
+  std::unique_ptr<ModelRunner> runner_;
+  EngineObserver* observer_;
+  std::unordered_map<std::string, std::shared_ptr<RequestStream>> streams_;
+  int64_t num_steps_ = 0;
+};
+
+}  // namespace tq

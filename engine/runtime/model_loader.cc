@@ -1,0 +1,215 @@
+#include "engine/runtime/model_loader.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <new>
+#include <string>
+
+#include "engine/common/error.h"
+#include "engine/kv/kv_calibration.h"
+#include "engine/model/llama_weights.h"
+
+namespace tq {
+namespace {
+
+void CheckOptions(const EngineOptions& options) {
+  if (options.num_threads < 0) throw Error("--threads must be >= 0 (0 = all cores)");
+  if (options.block_size <= 0 || options.block_size > 1024) {
+    throw Error("--block-size must be in [1, 1024]");
+  }
+  if (options.max_num_batched_tokens <= 0) throw Error("--max-num-batched-tokens must be positive");
+  if (options.max_num_seqs <= 0) throw Error("--max-num-seqs must be positive");
+  if (options.max_model_len < 0) throw Error("--max-model-len must be >= 0 (0 = the model's)");
+  if (options.kv_sink_tokens < 0 || options.kv_sink_tokens > 8 ||
+      options.kv_sink_tokens > options.block_size ||
+      (options.kv_sink_tokens > 0 && !kernels::KvStoresPreRopeKeys(options.kv_cache_dtype))) {
+    throw Error("--kv-sink-tokens must be 0..8 (and <= --block-size), with a tq KV cache dtype");
+  }
+}
+
+// Identifies the loaded weights in saved calibration stats: FNV-1a over the
+// shape and the layer-0 key projection (cheap; any other checkpoint, even one
+// of the same shape, differs).
+std::string ModelFingerprint(const LoadedModel& m) {
+  const ModelConfig& c = m.files.config;
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](const void* data, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(data);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  };
+  const int32_t shape[] = {c.num_hidden_layers, c.num_key_value_heads, c.head_dim, c.hidden_size};
+  mix(shape, sizeof(shape));
+  const kernels::BackendBuffer& k_proj = m.model->weights().layers.at(0).k_proj;
+  std::vector<uint8_t> host(k_proj.bytes());
+  m.backend->CopyToHost(host.data(), k_proj.data(), host.size());
+  mix(host.data(), host.size());
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+std::string ReadCalibrationText(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    throw Error(path + ": calibration text not found (not a file)");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot read calibration text");
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Pre-RoPE key statistics for the tq formats: loaded, or computed by running
+// the calibration text through an uncompressed cache.
+KeyChannelStats CalibrateKeys(LoadedModel& m, const EngineOptions& options) {
+  const ModelConfig& c = m.files.config;
+  const std::string& stats_path = options.kv_calibration_stats;
+  std::error_code ec;
+  if (!stats_path.empty() && std::filesystem::exists(stats_path, ec)) {
+    KeyChannelStats stats = LoadKeyStats(stats_path, c.num_hidden_layers, c.num_key_value_heads,
+                                         c.head_dim, ModelFingerprint(m));
+    m.kv_calibration_source = stats.source;
+    return stats;
+  }
+  const bool builtin = options.kv_calibration_text.empty();
+  const std::string text = builtin ? std::string(BuiltinCalibrationText())
+                                   : ReadCalibrationText(options.kv_calibration_text);
+  const std::string text_name = builtin ? "the built-in text" : options.kv_calibration_text;
+  // Up to the model's own context (not --max-model-len: stats saved for reuse
+  // should not depend on a serving limit).
+  std::vector<int32_t> tokens = m.tokenizer->Encode(text);
+  if (static_cast<int32_t>(tokens.size()) > c.MaxContext()) tokens.resize(c.MaxContext());
+  constexpr size_t kMinCalibrationTokens = 64;
+  if (tokens.size() < std::min<size_t>(kMinCalibrationTokens, c.MaxContext())) {
+    throw Error(text_name + ": calibration text has " + std::to_string(tokens.size()) +
+                " tokens; at least " + std::to_string(kMinCalibrationTokens) +
+                " are needed for per-channel key statistics");
+  }
+
+  // An uncompressed cache just large enough for the calibration tokens.
+  kernels::KvLayout layout;
+  layout.dtype = kernels::KvDtype::kF32;
+  layout.block_size = options.block_size;
+  layout.num_kv_heads = c.num_key_value_heads;
+  layout.head_dim = c.head_dim;
+  layout.num_blocks =
+      (static_cast<int32_t>(tokens.size()) + layout.block_size - 1) / layout.block_size;
+  PagedKvCache cache(m.backend.get(), c.num_hidden_layers, layout);
+  BlockPool pool(layout.num_blocks);
+  BlockTable table(layout.block_size);
+  table.EnsureCapacity(pool, static_cast<int32_t>(tokens.size()));
+
+  KeyStatsAccumulator acc(c.num_hidden_layers, c.num_key_value_heads, c.head_dim);
+  m.model->SetKeyObserver(
+      [&](int32_t layer, const float* keys, int32_t n) { acc.Add(layer, keys, n); });
+  std::vector<float> logits;
+  try {
+    PrefillSequence(*m.model, cache, table, tokens, 0, options.max_num_batched_tokens, false,
+                    &logits);
+  } catch (...) {
+    m.model->SetKeyObserver(nullptr);  // the observer refers to this frame
+    throw;
+  }
+  m.model->SetKeyObserver(nullptr);
+  table.Release(pool);
+
+  KeyChannelStats stats = acc.Finish(text_name);
+  stats.model_fingerprint = ModelFingerprint(m);
+  m.kv_calibration_source =
+      "calibrated on " + text_name + " (" + std::to_string(tokens.size()) + " tokens)";
+  if (!stats_path.empty()) {
+    SaveKeyStats(stats_path, stats);
+    m.kv_calibration_source += ", saved to " + stats_path;
+  }
+  return stats;
+}
+
+}  // namespace
+
+void PrefillSequence(LlamaModel& model, PagedKvCache& cache, const BlockTable& table,
+                     std::span<const int32_t> tokens, int32_t begin, int32_t chunk, bool all_logits,
+                     std::vector<float>* logits) {
+  const auto n = static_cast<int32_t>(tokens.size());
+  std::vector<float> chunk_logits;
+  if (all_logits) logits->clear();
+  for (; begin < n; begin += chunk) {
+    const int32_t end = std::min(n, begin + chunk);
+    ForwardBatch batch;
+    batch.num_seqs = 1;
+    batch.block_tables = table.blocks();
+    batch.max_blocks_per_seq = static_cast<int32_t>(batch.block_tables.size());
+    for (int32_t pos = begin; pos < end; ++pos) {
+      batch.token_ids.push_back(tokens[pos]);
+      batch.positions.push_back(pos);
+      batch.token_seq.push_back(0);
+      batch.slot_mapping.push_back(static_cast<int32_t>(table.Slot(pos)));
+      if (all_logits) batch.logit_indices.push_back(pos - begin);
+    }
+    if (!all_logits) batch.logit_indices.push_back(end - begin - 1);
+    model.Forward(batch, cache, &chunk_logits);
+    if (all_logits) {
+      logits->insert(logits->end(), chunk_logits.begin(), chunk_logits.end());
+    } else {
+      logits->swap(chunk_logits);
+    }
+  }
+}
+
+LoadedModel LoadModel(const EngineOptions& options) {
+  CheckOptions(options);
+  LoadedModel m;
+  m.files = LoadModelFiles(options.model_dir);
+  const ModelConfig& c = m.files.config;
+  if (options.max_model_len > c.MaxContext()) {
+    throw Error("--max-model-len " + std::to_string(options.max_model_len) +
+                " is longer than the model's context " + std::to_string(c.MaxContext()) + " (" +
+                options.model_dir + "/config.json)");
+  }
+  m.max_model_len = options.max_model_len > 0 ? options.max_model_len : c.MaxContext();
+  m.tokenizer = Tokenizer::Load(options.model_dir, m.files.tokenizer);
+  m.backend = kernels::CreateCpuBackend(options.num_threads);
+  m.model = std::make_unique<LlamaModel>(c, LoadLlamaWeights(options.model_dir, c, m.backend.get()),
+                                         m.backend.get());
+
+  kernels::KvLayout layout;
+  layout.dtype = options.kv_cache_dtype;
+  layout.block_size = options.block_size;
+  layout.num_kv_heads = c.num_key_value_heads;
+  layout.head_dim = c.head_dim;
+  const int32_t blocks_for_one_seq = (m.max_model_len + layout.block_size - 1) / layout.block_size;
+  const size_t bytes_per_block =
+      PagedKvCache::BytesPerBlock(c.num_hidden_layers, layout, options.kv_sink_tokens);
+  layout.num_blocks =
+      options.kv_cache_memory > 0
+          ? PagedKvCache::BlocksForBudget(options.kv_cache_memory, c.num_hidden_layers, layout,
+                                          options.kv_sink_tokens)
+          : blocks_for_one_seq;
+  // As vLLM: the pool must hold at least one sequence of max_model_len tokens,
+  // so an accepted request can never run out of blocks on its own.
+  if (layout.num_blocks < blocks_for_one_seq) {
+    throw Error("--kv-cache-memory " + std::to_string(options.kv_cache_memory) + " bytes holds " +
+                std::to_string(static_cast<int64_t>(layout.num_blocks) * layout.block_size) +
+                " tokens of " + std::string(kernels::KvDtypeName(layout.dtype)) +
+                " KV cache, fewer than --max-model-len " + std::to_string(m.max_model_len) +
+                " (needs " + std::to_string(bytes_per_block * blocks_for_one_seq) +
+                " bytes); raise it or lower --max-model-len");
+  }
+  std::shared_ptr<const TqCodecState> tq;
+  if (kernels::KvStoresPreRopeKeys(layout.dtype)) {
+    KeyChannelStats stats = CalibrateKeys(m, options);
+    tq = std::make_shared<TqCodecState>(c, layout.dtype, m.max_model_len, std::move(stats.mean),
+                                        std::move(stats.scale));
+  }
+  try {
+    m.cache = std::make_unique<PagedKvCache>(m.backend.get(), c.num_hidden_layers, layout, tq,
+                                             options.kv_sink_tokens);
+  } catch (const std::bad_alloc&) {
+    throw Error("cannot allocate " + std::to_string(bytes_per_block * layout.num_blocks) +
+                " bytes for the KV cache; lower --kv-cache-memory");
+  }
+  return m;
+}
+
+}  // namespace tq

@@ -1,0 +1,48 @@
+// Loading a model directory into a ready-to-run model with its KV cache.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/kv/block_pool.h"
+#include "engine/kv/kv_cache.h"
+#include "engine/model/llama_model.h"
+#include "engine/model/model_config.h"
+#include "engine/runtime/generator.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "kernels/backend.h"
+
+namespace tq {
+
+/// A loaded model: files, backend, tokenizer, weights and the paged KV cache
+/// memory (its block pool is the caller's: Generator or the scheduler). Thread
+/// ownership: the engine thread; tokenizer() and files are safe to read from
+/// any thread.
+struct LoadedModel {
+  ModelFiles files;
+  std::unique_ptr<kernels::Backend> backend;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<PagedKvCache> cache;
+  int32_t max_model_len = 0;
+  // How the tq key statistics were obtained ("" for other KV dtypes).
+  std::string kv_calibration_source;
+};
+
+/// Validates the options, loads config, tokenizer and weights, calibrates the
+/// tq key statistics when the KV dtype needs them, and allocates the KV pool
+/// (options.kv_cache_memory bytes; 0 = one max_model_len sequence; it must
+/// hold at least one, as in vLLM). Throws tq::Error naming the flag or file.
+LoadedModel LoadModel(const EngineOptions& options);
+
+/// Runs tokens[begin, end) of one sequence (positions before `begin` already
+/// cached, table covering all of `tokens`) in chunks of `chunk` tokens. With
+/// all_logits, *logits gets [end - begin, vocab]; else the last token's row.
+void PrefillSequence(LlamaModel& model, PagedKvCache& cache, const BlockTable& table,
+                     std::span<const int32_t> tokens, int32_t begin, int32_t chunk, bool all_logits,
+                     std::vector<float>* logits);
+
+}  // namespace tq

@@ -1,0 +1,66 @@
+// The values passed between the scheduler and the model runner each step
+// (DESIGN.md "Data flow"): plain data, no pointers into scheduler state.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/runtime/request.h"
+#include "engine/sampling/sampling_params.h"
+
+namespace tq {
+
+/// Engine-internal id of a request (dense, assigned at arrival, never reused).
+using SeqId = int64_t;
+
+/// Sent to the runner the first time a request is scheduled, so that it can
+/// keep per-request state (sampler RNG, token history for penalties) across
+/// steps and preemptions, as vLLM v1's NewRequestData.
+struct NewRequestData {
+  SeqId seq_id = 0;
+  std::vector<int32_t> prompt_ids;
+  SamplingParams sampling;
+  int32_t num_logprobs = -1;
+  bool prompt_logprobs = false;
+};
+
+/// One sequence's share of a step: compute the K/V (and logits) of
+/// token_ids at positions [start_position, start_position + size).
+struct ScheduledSequence {
+  SeqId seq_id = 0;
+  std::vector<int32_t> token_ids;
+  int32_t start_position = 0;
+  std::vector<int32_t> block_table;   // covers every position up to the chunk's end
+  int32_t num_prompt_tokens = 0;      // of the original prompt (penalties, prompt logprobs)
+  bool sample = false;                // the chunk reaches the sequence's end: sample one token
+  int32_t num_new_prompt_tokens = 0;  // prompt tokens computed for the first time (metrics;
+                                      // recompute after preemption is not new)
+};
+
+/// What one step runs. The scheduler's only message to the runner.
+struct ScheduleOutput {
+  std::vector<NewRequestData> new_requests;
+  std::vector<ScheduledSequence> sequences;  // in batch order
+  std::vector<SeqId> finished_ids;           // ended since the last step: drop their state
+  std::vector<SeqId> preempted_ids;          // preempted this step (blocks freed)
+  int32_t num_batched_tokens = 0;
+
+  bool empty() const { return sequences.empty(); }
+};
+
+/// The runner's answer, index-aligned with ScheduleOutput::sequences.
+struct SequenceResult {
+  int32_t token = -1;         // sampled token; -1 when the sequence did not sample
+  PositionLogprobs logprobs;  // when requested and sampled
+  // Prompt logprobs for prompt tokens [first_prompt_logprob, +size) of this
+  // chunk (when requested): entry j is for prompt token first_prompt_logprob + j.
+  std::vector<PositionLogprobs> prompt_logprobs;
+  int32_t first_prompt_logprob = 0;
+};
+
+struct ModelOutput {
+  std::vector<SequenceResult> results;
+};
+
+}  // namespace tq
