@@ -54,6 +54,8 @@ EngineInfo DescribeEngine(const EngineOptions& options, const LoadedModel& m) {
 }  // namespace
 
 struct EngineClient::State {
+  explicit State(const EngineOptions& o) : options(o), model(LoadModel(o)) {}
+
   EngineOptions options;
   LoadedModel model;
   EngineInfo info;
@@ -154,10 +156,8 @@ void EngineClient::State::Run() {
 }
 
 EngineClient::EngineClient(const EngineOptions& options, EngineObserver* observer)
-    : state_(std::make_unique<State>()) {
+    : state_(std::make_unique<State>(options)) {
   State& s = *state_;
-  s.options = options;
-  s.model = LoadModel(options);
   s.info = DescribeEngine(options, s.model);
   SchedulerConfig config;
   config.max_num_seqs = options.max_num_seqs;

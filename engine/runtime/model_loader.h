@@ -22,6 +22,12 @@ namespace tq {
 /// ownership: the engine thread; tokenizer() and files are safe to read from
 /// any thread.
 struct LoadedModel {
+  LoadedModel() = default;
+  LoadedModel(LoadedModel&&) = default;
+  // Member-wise assignment would free the old backend before the old model's
+  // buffers that live in it; replace a LoadedModel by destroying it first.
+  LoadedModel& operator=(LoadedModel&&) = delete;
+
   ModelFiles files;
   std::unique_ptr<kernels::Backend> backend;
   std::unique_ptr<Tokenizer> tokenizer;
