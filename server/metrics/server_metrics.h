@@ -13,6 +13,9 @@ namespace tq {
 /// engine events (EngineObserver, on the engine thread) and by the front ends
 /// (HTTP/gRPC request counts); gauges are read from EngineStats and the
 /// process when scraped. Thread-safe: any thread may record or render.
+/// Bad input never makes a gauge negative or a counter decrease (negative
+/// counts add nothing, NaN/infinite durations are dropped, negative ones count
+/// as 0 s). Every metric, label and bucket: docs/metrics.md.
 class ServerMetrics : public EngineObserver {
  public:
   ServerMetrics();
@@ -31,7 +34,8 @@ class ServerMetrics : public EngineObserver {
   void OnApiRequest(const std::string& protocol, const std::string& route, const std::string& code);
 
   /// The Prometheus text exposition format (version 0.0.4) of every metric,
-  /// with gauges from `stats`/`info` and process memory read now.
+  /// with gauges from `stats`/`info` and process memory read now;
+  /// `served_model_name` becomes the model_name label of the engine series.
   std::string Render(const EngineStats& stats, const EngineInfo& info,
                      const std::string& served_model_name);
 
