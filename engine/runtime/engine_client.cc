@@ -26,6 +26,7 @@ struct AddCommand {
 };
 struct AbortCommand {
   std::string request_id;  // empty: abort all
+  FinishReason reason = FinishReason::kAbort;
 };
 using Command = std::variant<AddCommand, AbortCommand>;
 
@@ -92,7 +93,7 @@ void EngineClient::State::Apply(Command& command) {
     if (abort.request_id.empty()) {
       core->AbortAll();
     } else {
-      core->Abort(abort.request_id);
+      core->Abort(abort.request_id, abort.reason);
     }
   }
 }
@@ -197,11 +198,11 @@ std::shared_ptr<RequestStream> EngineClient::Submit(EngineRequest request) {
   return stream;
 }
 
-void EngineClient::Abort(const std::string& request_id) {
+void EngineClient::Abort(const std::string& request_id, FinishReason reason) {
   if (request_id.empty()) return;
   {
     std::lock_guard<std::mutex> lock(state_->mu);
-    state_->commands.push_back(AbortCommand{request_id});
+    state_->commands.push_back(AbortCommand{request_id, reason});
   }
   state_->cv.notify_one();
 }

@@ -47,10 +47,11 @@ class EngineClient {
   /// engine failure. The stream ends with exactly one finished output.
   std::shared_ptr<RequestStream> Submit(EngineRequest request);
 
-  /// Aborts a request at any point: the engine frees all its KV blocks in its
-  /// next step and ends its stream with finish kAbort. Unknown or already
-  /// finished ids are ignored.
-  void Abort(const std::string& request_id);
+  /// Ends a request at any point: the engine frees all its KV blocks in its
+  /// next step and ends its stream with `reason` — kAbort for a client that
+  /// went away, kStop when the front end found a stop string (so metrics
+  /// count it as vLLM does). Unknown or already finished ids are ignored.
+  void Abort(const std::string& request_id, FinishReason reason = FinishReason::kAbort);
   /// Aborts every live request (drain timeout).
   void AbortAll();
 

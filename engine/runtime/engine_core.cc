@@ -14,8 +14,8 @@ void EngineCore::AddRequest(EngineRequest request, std::shared_ptr<RequestStream
   scheduler_.AddRequest(std::move(request), arrival);
 }
 
-void EngineCore::Abort(const std::string& request_id) {
-  if (std::optional<RequestUpdate> update = scheduler_.Abort(request_id, Clock::now())) {
+void EngineCore::Abort(const std::string& request_id, FinishReason reason) {
+  if (std::optional<RequestUpdate> update = scheduler_.Abort(request_id, Clock::now(), reason)) {
     Deliver(*update);
   }
 }
@@ -26,11 +26,9 @@ void EngineCore::AbortAll() {
 
 void EngineCore::FailAll(const std::string& message) {
   for (const std::string& id : scheduler_.LiveRequestIds()) {
-    std::optional<RequestUpdate> update = scheduler_.Abort(id, Clock::now());
+    std::optional<RequestUpdate> update = scheduler_.Abort(id, Clock::now(), FinishReason::kError);
     if (!update) continue;
-    update->output.finish = FinishReason::kError;
     update->output.error = message;
-    update->finished->finish = FinishReason::kError;
     Deliver(*update);
   }
 }

@@ -28,8 +28,9 @@ class EngineCore {
   /// Queues a validated request whose outputs go to `stream`.
   void AddRequest(EngineRequest request, std::shared_ptr<RequestStream> stream,
                   Clock::time_point arrival);
-  /// Aborts a live request now (its blocks are free when this returns).
-  void Abort(const std::string& request_id);
+  /// Ends a live request now with `reason` (its blocks are free when this
+  /// returns).
+  void Abort(const std::string& request_id, FinishReason reason = FinishReason::kAbort);
   /// Aborts every live request (drain timeout, shutdown).
   void AbortAll();
   /// Ends every live request with kError and `message` (engine failure).

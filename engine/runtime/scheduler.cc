@@ -96,17 +96,17 @@ FinishedRequestStats Scheduler::Finish(Sequence* seq, FinishReason reason, Clock
   return stats;
 }
 
-std::optional<RequestUpdate> Scheduler::Abort(const std::string& request_id,
-                                              Clock::time_point now) {
+std::optional<RequestUpdate> Scheduler::Abort(const std::string& request_id, Clock::time_point now,
+                                              FinishReason reason) {
   auto it = by_request_id_.find(request_id);
   if (it == by_request_id_.end()) return std::nullopt;
   Sequence* seq = Find(it->second);
   RequestUpdate update;
   update.request_id = request_id;
-  update.output.finish = FinishReason::kAbort;
+  update.output.finish = reason;
   update.output.num_prompt_tokens = seq->num_prompt;
   update.output.num_output_tokens = seq->num_output();
-  update.finished = Finish(seq, FinishReason::kAbort, now);
+  update.finished = Finish(seq, reason, now);
   return update;
 }
 

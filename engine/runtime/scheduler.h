@@ -63,8 +63,9 @@ class Scheduler {
   /// max_model_len). Returns its SeqId.
   SeqId AddRequest(EngineRequest request, Clock::time_point arrival);
   /// Removes a waiting or running request and frees its blocks now; returns
-  /// its final update (finish kAbort), or nullopt for an unknown id.
-  std::optional<RequestUpdate> Abort(const std::string& request_id, Clock::time_point now);
+  /// its final update (finish `reason`), or nullopt for an unknown id.
+  std::optional<RequestUpdate> Abort(const std::string& request_id, Clock::time_point now,
+                                     FinishReason reason = FinishReason::kAbort);
 
   /// Plans one step. Allocates the blocks the planned tokens need.
   ScheduleOutput Schedule(Clock::time_point now);

@@ -117,6 +117,13 @@ TEST(EngineClient, AbortMidStreamFreesEveryBlock) {
   EXPECT_EQ(s.kv_blocks_used, 0);
   EXPECT_EQ(s.num_running, 0);
   EXPECT_EQ(s.num_waiting, 0);
+  // A stop string found by the front end ends a request as "stop".
+  EngineRequest stopped = Greedy("st", client.tokenizer().Encode("Once upon"), 400);
+  stopped.sampling.ignore_eos = true;
+  auto stop_stream = client.Submit(std::move(stopped));
+  ASSERT_TRUE(stop_stream->Next(milliseconds(10000)).has_value());
+  client.Abort("st", FinishReason::kStop);
+  EXPECT_EQ(Drain(*stop_stream, std::chrono::seconds(5)).finish, FinishReason::kStop);
   // Aborting unknown or finished ids is harmless, and the engine still serves.
   client.Abort("a0");
   client.Abort("never-existed");
