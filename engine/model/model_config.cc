@@ -221,6 +221,17 @@ std::string ParseChatTemplate(const json& v, const std::string& file) {
   Fail(file, "field 'chat_template' must be a string or a list of {name, template}");
 }
 
+// "bos_token"/"eos_token": a string, or an AddedToken object {"content": ...}.
+std::string ParseSpecialToken(const Fields& f, const std::string& key) {
+  if (!f.Has(key)) return "";
+  const json& v = f.At(key);
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string()) {
+    return v["content"].get<std::string>();
+  }
+  Fail(f.file(), "field '" + key + "' must be a string or an object with a string 'content'");
+}
+
 }  // namespace
 
 std::vector<float> ModelConfig::RopeInvFreq() const {
@@ -287,6 +298,8 @@ ModelFiles LoadModelFiles(const std::string& dir) {
     const Fields f(j, tok_path.string());
     mf.tokenizer.add_bos_token = f.Bool("add_bos_token", true);
     mf.tokenizer.add_eos_token = f.Bool("add_eos_token", false);
+    mf.tokenizer.bos_token = ParseSpecialToken(f, "bos_token");
+    mf.tokenizer.eos_token = ParseSpecialToken(f, "eos_token");
     if (j.contains("chat_template")) {
       mf.tokenizer.chat_template = ParseChatTemplate(j["chat_template"], f.file());
     }

@@ -63,6 +63,10 @@ struct TokenizerSettings {
   bool add_bos_token = true;
   bool add_eos_token = false;
   std::string chat_template;  // Jinja source, empty when absent
+  // Special-token strings ("<s>", "<|begin_of_text|>"), the chat template's
+  // bos_token/eos_token; empty when absent.
+  std::string bos_token;
+  std::string eos_token;
 };
 
 /// Everything read from the small JSON files of a model directory.
