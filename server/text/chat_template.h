@@ -20,8 +20,9 @@ struct ChatMessage {
 };
 
 /// A template error that is the request's fault (the template called
-/// raise_exception, e.g. "roles must alternate"): the front end answers 400
-/// with what().
+/// raise_exception, e.g. "roles must alternate": what() is its message), or
+/// any other error while rendering these messages ("chat template error:
+/// line N: ..."): the front end answers 400 with what().
 class ChatTemplateError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -30,12 +31,14 @@ class ChatTemplateError : public std::runtime_error {
 /// Renders chat messages with the model's Jinja chat template (a subset of
 /// Jinja2 sufficient for the Llama-2, Llama-3, ChatML and Mistral templates;
 /// see server/text/jinja.h), or with the documented plain fallback when the
-/// model has none (docs/api.md). Thread-safe after construction (Render is
-/// const).
+/// model has none (docs/chat.md). Thread-safe after construction (Render and
+/// Tokenize are const); the Tokenizer must outlive it.
 class ChatTemplate {
  public:
   /// Parses files.tokenizer.chat_template (throws tq::Error naming
-  /// tokenizer_config.json when it cannot be parsed) or selects the fallback.
+  /// tokenizer_config.json and the line when it cannot be parsed or uses an
+  /// unsupported construct) or selects the fallback. With a template, scans
+  /// the vocabulary once for special-token pieces (O(vocab_size)).
   ChatTemplate(const ModelFiles& files, const Tokenizer& tokenizer);
   ~ChatTemplate();
 

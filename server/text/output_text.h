@@ -21,12 +21,16 @@ namespace tq {
 class OutputTextStream {
  public:
   /// `prompt_ids` give context for spacing (see IncrementalDetokenizer).
-  /// Empty strings in `stop` are ignored.
+  /// Empty and repeated strings in `stop` are ignored; stop strings are
+  /// matched as UTF-8 bytes in the generated text only (never in the
+  /// prompt), so they must be valid UTF-8, as JSON strings are.
   OutputTextStream(const Tokenizer* tokenizer, std::vector<int32_t> prompt_ids,
                    std::vector<std::string> stop);
 
   /// Appends generated tokens; returns the text that is safe to send now.
-  /// After stopped(), further tokens are ignored and "" is returned.
+  /// Stop strings are checked after each token, so the first token whose
+  /// text completes one ends the stream even within one call; after
+  /// stopped(), further tokens are ignored and "" is returned.
   std::string Push(std::span<const int32_t> token_ids);
   /// The sequence ended without a stop string: returns the held-back text
   /// (an incomplete stop-string prefix, incomplete UTF-8 as U+FFFD). "" when
@@ -45,6 +49,11 @@ class OutputTextStream {
   std::string held_;  // decoded but not yet emitted (could start a stop string)
   bool stopped_ = false;
   int32_t num_tokens_ = 0;
+
+  // Cuts held_ at the first stop string (setting stopped_), or returns all
+  // of it but the longest suffix that could still become one; `final`
+  // returns everything when no stop string is present.
+  std::string Release(bool final);
 };
 
 }  // namespace tq
