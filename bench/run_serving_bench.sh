@@ -9,6 +9,7 @@
 #   BUILD_DIR [build-bench]  MODEL_DIR [/tmp/tqserve-tiny100m]  PORT [8011]
 #   PROMPT_LEN [32]  OUTPUT_LEN [128]  REQUESTS [4,32]  REPEATS [2]
 #   SERVE_ARGS [extra flags for tqserve serve, e.g. "--kv-cache-dtype fp32"]
+#   CMAKE_FLAGS [extra cmake configure flags]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -20,8 +21,10 @@ OUTPUT_LEN=${OUTPUT_LEN:-128}
 REQUESTS=${REQUESTS:-4,32}
 REPEATS=${REPEATS:-2}
 SERVE_ARGS=${SERVE_ARGS:-}
+CMAKE_FLAGS=${CMAKE_FLAGS:-}
 
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTQ_CUDA=OFF >/dev/null
+# shellcheck disable=SC2086  # CMAKE_FLAGS is a list of flags
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTQ_CUDA=OFF $CMAKE_FLAGS >/dev/null
 cmake --build "$BUILD_DIR" --target tqserve tq_bench_serving -j2
 TQSERVE="$BUILD_DIR/bin/tqserve"
 
@@ -32,7 +35,7 @@ fi
 
 LOG="$(mktemp /tmp/tqserve-bench.XXXXXX.log)"
 # shellcheck disable=SC2086  # SERVE_ARGS is a list of flags
-"$TQSERVE" serve --model "$MODEL_DIR" --host 127.0.0.1 --port "$PORT" --max-num-seqs 16 $SERVE_ARGS 2>"$LOG" &
+"$TQSERVE" serve --model "$MODEL_DIR" --host 127.0.0.1 --port "$PORT" --max-num-seqs 16 $SERVE_ARGS >"$LOG" 2>&1 &
 SERVER=$!
 trap 'kill "$SERVER" 2>/dev/null; wait "$SERVER" 2>/dev/null || true' EXIT
 for _ in $(seq 600); do

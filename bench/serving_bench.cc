@@ -7,8 +7,8 @@
 // Reports per run: requests/s, output tokens/s (usage.completion_tokens over
 // the run's wall time), TTFT p50/p99 (request sent -> first generated token),
 // ITL p50/p99 (gap between successive token-bearing chunks, divided among the
-// chunk's tokens, as vLLM's benchmark_serving does), E2E p50. Definitions and
-// usage: bench/README.md; results: docs/PERFORMANCE.md ("Serving").
+// chunk's tokens, as vLLM's benchmark_serving does), E2E p50. Usage and
+// results: docs/PERFORMANCE.md ("Serving"); bench/run_serving_bench.sh.
 #include <httplib.h>
 
 #include <CLI/CLI.hpp>

@@ -1,11 +1,13 @@
 // POST /v1/chat/completions through the real `openai` npm client. The bundled
 // model has no chat template, so the daemon uses its documented plain fallback
-// (docs/api.md); these tests check the OpenAI shapes, streaming, logprobs and
-// content forms, and that the fallback prompt is what the documentation says.
+// (docs/chat.md: the contents joined by a blank line, BOS first); these tests
+// check the OpenAI shapes, streaming, logprobs and content forms, and that the
+// fallback prompt is what the documentation says (token counts from the
+// Python sentencepiece library, the greedy text from the reference output).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { collectStream, serveForTests } from './harness.mjs';
+import { collectStream, referenceCompletion, sentencepiece, serveForTests } from './harness.mjs';
 
 const MODEL = 'stories260K';
 const USER = { role: 'user', content: 'Tell me a story about a cat.' };
@@ -112,4 +114,17 @@ test('n=2, max_completion_tokens and stop in chat', async () => {
   const stopped = await chat({ max_tokens: 40, ignore_eos: true, stop });
   assert.equal(stopped.choices[0].message.content, whole.slice(0, cut));
   assert.equal(stopped.choices[0].finish_reason, 'stop');
+});
+
+test('the plain fallback: contents joined by a blank line after BOS; a lone user turn equals the completion', async () => {
+  const turns = ['You tell short stories.', 'Hello', 'Hi! What story?', USER.content];
+  const roles = ['system', 'user', 'assistant', 'user'];
+  const r = await chat({ messages: turns.map((content, i) => ({ role: roles[i], content })) });
+  const [ids] = sentencepiece({ encode: [turns.join('\n\n')] }).encode;
+  assert.equal(r.usage.prompt_tokens, 1 + ids.length);
+  // {"role": "user", "content": "Once upon a time"} is the completions prompt, so greedy
+  // decoding follows the published reference (tq3 KV follows fp32 for ~30 tokens here).
+  const story = await chat({ messages: [{ role: 'user', content: 'Once upon a time' }], max_tokens: 20 });
+  assert.equal(story.usage.prompt_tokens, 5);
+  assert.equal(story.choices[0].message.content, referenceCompletion(20));
 });

@@ -57,7 +57,8 @@ test('out-of-range values are 400s naming the field', async () => {
   await expect400('temperature -1', () => completion({ temperature: -1 }), 'temperature');
   await expect400('chat top_logprobs 21', () => chat({ logprobs: true, top_logprobs: 21 }), 'top_logprobs');
   await expect400('token id out of range', () => completion({ prompt: [1, 100000] }), 'prompt');
-  await expect400('empty prompt', () => completion({ prompt: '' }), 'prompt');
+  // An empty string is a valid prompt (BOS alone, as in vLLM and OpenAI); no tokens at all is not.
+  await expect400('empty token list', () => completion({ prompt: [] }), 'prompt');
   await expect400('empty messages', () => chat({ messages: [] }), 'messages');
   await expect400('unknown role', () => chat({ messages: [{ role: 'wizard', content: 'x' }] }), 'role');
 });

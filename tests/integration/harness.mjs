@@ -115,7 +115,9 @@ export class Daemon {
  * daemon's stderr when it exits first or is not ready within `readyTimeoutMs`.
  */
 export async function startDaemon({ args = [], model = MODEL(), port = 0, readyTimeoutMs = 120_000 } = {}) {
-  const argv = ['serve', '--model', model, '--port', String(port), ...args];
+  // Loopback only, unless a test asks for another address.
+  const host = args.includes('--host') ? [] : ['--host', '127.0.0.1'];
+  const argv = ['serve', '--model', model, '--port', String(port), ...host, ...args];
   const proc = spawn(BIN(), argv, { stdio: ['ignore', 'pipe', 'pipe'] });
   const daemon = new Daemon(proc, argv);
   live.add(daemon);
@@ -128,6 +130,8 @@ export async function startDaemon({ args = [], model = MODEL(), port = 0, readyT
   proc.stderr.setEncoding('utf8');
   proc.stdout.on('data', (s) => (daemon.stdout += s));
 
+  const exitedEarly = () =>
+    new Error(`tqserve ${argv.join(' ')} exited (code ${daemon.exitStatus.code}, signal ${daemon.exitStatus.signal}) before it was ready:\n${daemon.stderr}`);
   const listening = new Promise((resolve, reject) => {
     proc.stderr.on('data', (s) => {
       daemon.stderr += s;
@@ -138,20 +142,17 @@ export async function startDaemon({ args = [], model = MODEL(), port = 0, readyT
         resolve();
       }
     });
-    daemon.exited.then(({ code, signal }) =>
-      reject(new Error(`tqserve ${argv.join(' ')} exited (code ${code}, signal ${signal}) before it was ready:\n${daemon.stderr}`)),
-    );
+    daemon.exited.then(() => reject(exitedEarly()));
   });
   const deadline = Date.now() + readyTimeoutMs;
-  const timeout = (what) =>
-    new Promise((_, reject) => {
-      const t = setTimeout(() => reject(new Error(`tqserve: ${what} within ${readyTimeoutMs} ms:\n${daemon.stderr}`)), Math.max(0, deadline - Date.now()));
-      t.unref();
-    });
+  const notReady = (what) => new Error(`tqserve: ${what} within ${readyTimeoutMs} ms:\n${daemon.stderr}`);
   try {
-    await Promise.race([listening, timeout('no listening line')]);
+    let timer;
+    await Promise.race([
+      listening,
+      new Promise((_, reject) => (timer = setTimeout(() => reject(notReady('no listening line')), readyTimeoutMs))),
+    ]).finally(() => clearTimeout(timer));
     for (;;) {
-      if (daemon.exitStatus) await listening;  // rethrows the exit error
       try {
         const res = await daemon.fetch('/health');
         await res.arrayBuffer();
@@ -159,7 +160,8 @@ export async function startDaemon({ args = [], model = MODEL(), port = 0, readyT
       } catch {
         // not accepting connections yet
       }
-      if (Date.now() > deadline) await timeout('GET /health never answered 200');
+      if (daemon.exitStatus) throw exitedEarly();
+      if (Date.now() > deadline) throw notReady('GET /health never answered 200');
       await sleep(50);
     }
   } catch (e) {

@@ -29,7 +29,7 @@ test(`${COUNT} requests through a pool of ${FITS} sequences equal an unconstrain
   daemons.push(big);
   // The pool's geometry, from /metrics: bytes per block and tokens per block.
   const m0 = await big.metrics();
-  const blocks = m0.get('tqserve_kv_cache_blocks_total');
+  const blocks = m0.get('tqserve_kv_cache_num_blocks');
   const capacity = m0.get('tqserve_kv_cache_capacity_tokens');
   const poolBytes = m0.sum('tqserve_memory_kv_cache_bytes');
   const blockSize = capacity / blocks;
