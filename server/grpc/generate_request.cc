@@ -1,0 +1,122 @@
+// Generate request validation (see generate_request.h).
+#include "server/grpc/generate_request.h"
+
+#include "server/grpc/grpc_status.h"
+
+namespace tq::grpc_api {
+namespace {
+
+std::string Range(int32_t end) {
+  return "[0, " + std::to_string(end) + ")";
+}
+
+SamplingParams ReadSampling(const tqserve::v1::SamplingParameters& s,
+                            const GenerationDefaults& defaults) {
+  SamplingParams p;
+  p.temperature = s.has_temperature() ? s.temperature() : defaults.temperature;
+  p.top_p = s.has_top_p() ? s.top_p() : defaults.top_p;
+  p.top_k = s.has_top_k() ? s.top_k() : defaults.top_k;
+  p.min_p = s.min_p();
+  p.repetition_penalty =
+      s.has_repetition_penalty() ? s.repetition_penalty() : defaults.repetition_penalty;
+  p.presence_penalty = s.presence_penalty();
+  p.frequency_penalty = s.frequency_penalty();
+  // Two's complement, as the HTTP API reads a JSON seed: the same seed gives
+  // the same output on both.
+  if (s.has_seed()) p.seed = static_cast<uint64_t>(s.seed());
+  p.max_tokens = s.has_max_tokens() ? s.max_tokens() : kDefaultMaxTokens;
+  p.stop_token_ids.assign(s.stop_token_ids().begin(), s.stop_token_ids().end());
+  p.ignore_eos = s.ignore_eos();
+  // SamplingParams::Validate messages start with the field name ("top_p must
+  // be ..."), so the request's path is that name under "sampling.".
+  if (const std::string error = p.Validate(); !error.empty()) {
+    throw RpcError(grpc::StatusCode::INVALID_ARGUMENT, "sampling." + error);
+  }
+  return p;
+}
+
+// The prompt's token ids and the name of the field they came from.
+std::vector<int32_t> ReadPrompt(const tqserve::v1::GenerateRequest& request,
+                                const ModelLimits& limits, const Tokenizer& tokenizer,
+                                std::string* field) {
+  using Request = tqserve::v1::GenerateRequest;
+  switch (request.input_case()) {
+    case Request::kText: {
+      *field = "text";
+      if (request.text().empty()) throw InvalidArgument("text", "must not be empty");
+      return tokenizer.Encode(
+          request.text(), request.has_add_special_tokens() ? request.add_special_tokens() : true);
+    }
+    case Request::kTokenIds: {
+      *field = "token_ids.ids";
+      const auto& ids = request.token_ids().ids();
+      if (ids.empty()) throw InvalidArgument(*field, "must not be empty");
+      CheckTokenIds(std::span<const int32_t>(ids.data(), static_cast<size_t>(ids.size())),
+                    limits.vocab_size, *field);
+      return std::vector<int32_t>(ids.begin(), ids.end());
+    }
+    case Request::INPUT_NOT_SET:
+      break;
+  }
+  throw InvalidArgument("input", "is required: set text or token_ids");
+}
+
+}  // namespace
+
+void CheckModel(const std::string& model, const ModelLimits& limits) {
+  if (!model.empty() && model != limits.served_model_name) throw ModelNotFound(model);
+}
+
+void CheckTokenIds(std::span<const int32_t> ids, int32_t vocab_size, const std::string& field) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab_size) {
+      throw InvalidArgument(field + "[" + std::to_string(i) + "]",
+                            "must be in " + Range(vocab_size) + ", got " + std::to_string(ids[i]));
+    }
+  }
+}
+
+GenerateParams ParseGenerateRequest(const tqserve::v1::GenerateRequest& request,
+                                    const ModelLimits& limits, const Tokenizer& tokenizer) {
+  CheckModel(request.model(), limits);
+  const tqserve::v1::SamplingParameters& s = request.sampling();
+  GenerateParams out;
+  out.request.sampling = ReadSampling(s, limits.defaults);
+  const auto& stop_ids = out.request.sampling.stop_token_ids;
+  CheckTokenIds(stop_ids, limits.vocab_size, "sampling.stop_token_ids");
+  if (static_cast<size_t>(s.stop_size()) > kMaxStopStrings) {
+    throw InvalidArgument("sampling.stop", "must have at most " + std::to_string(kMaxStopStrings) +
+                                               " entries, got " + std::to_string(s.stop_size()));
+  }
+  for (const std::string& stop : s.stop()) {
+    if (!stop.empty()) out.stop.push_back(stop);
+  }
+  if (s.has_logprobs()) {
+    if (s.logprobs() < 0 || s.logprobs() > kMaxLogprobs) {
+      throw InvalidArgument("sampling.logprobs", "must be in [0, " + std::to_string(kMaxLogprobs) +
+                                                     "], got " + std::to_string(s.logprobs()));
+    }
+    out.request.num_logprobs = s.logprobs();
+    out.want_logprobs = true;
+  }
+  out.request.priority = request.priority();
+
+  std::string field;
+  out.request.prompt_ids = ReadPrompt(request, limits, tokenizer, &field);
+  const int64_t prompt_len = static_cast<int64_t>(out.request.prompt_ids.size());
+  const std::string context =
+      "the model's context length is " + std::to_string(limits.max_model_len) + " tokens";
+  if (prompt_len > limits.max_model_len) {
+    throw InvalidArgument(field, "has " + std::to_string(prompt_len) + " tokens, but " + context);
+  }
+  const int64_t max_tokens = out.request.sampling.max_tokens;
+  if (prompt_len + max_tokens > limits.max_model_len) {
+    throw InvalidArgument("sampling.max_tokens", "is " + std::to_string(max_tokens) +
+                                                     " and the prompt has " +
+                                                     std::to_string(prompt_len) + " tokens, but " +
+                                                     context + " (prompt + max_tokens must fit)");
+  }
+  return out;
+}
+
+}  // namespace tq::grpc_api

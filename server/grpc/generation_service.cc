@@ -1,0 +1,299 @@
+// tqserve.v1.GenerationService handlers (see generation_service.h).
+#include "server/grpc/generation_service.h"
+
+#include <google/protobuf/stubs/common.h>
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include "engine/common/error.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "server/grpc/generate_response.h"
+#include "server/grpc/grpc_status.h"
+
+#ifndef TQ_VERSION
+#define TQ_VERSION "0.0.0"
+#endif
+
+namespace tq::grpc_api {
+namespace {
+
+namespace pb = tqserve::v1;
+using Clock = std::chrono::steady_clock;
+
+// Engine request ids: unique in the process (the HTTP API's start with
+// "cmpl-"/"chatcmpl-").
+std::string NewRequestId() {
+  static std::atomic<uint64_t> next{1};
+  return "gen-" + std::to_string(next.fetch_add(1));
+}
+
+// Runs `body`, turning RpcError into its status and anything else into
+// INTERNAL.
+template <typename Body>
+grpc::Status Guarded(Body&& body) {
+  try {
+    return body();
+  } catch (const RpcError& e) {
+    return e.status();
+  } catch (const std::exception& e) {
+    // A bug or out of memory: the call fails, the server keeps serving.
+    return grpc::Status(grpc::StatusCode::INTERNAL, e.what());
+  }
+}
+
+}  // namespace
+
+// Counts one Generate call for the drain and the stream limit.
+class GenerationServiceImpl::InFlight {
+ public:
+  explicit InFlight(GenerationServiceImpl* service) : service_(service) {
+    std::lock_guard<std::mutex> lock(service_->mu_);
+    if (service_->in_flight_ >= service_->options_.max_concurrent_streams) {
+      throw RpcError(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                     "too many concurrent Generate streams (limit " +
+                         std::to_string(service_->options_.max_concurrent_streams) +
+                         "); retry later");
+    }
+    ++service_->in_flight_;
+  }
+  ~InFlight() {
+    std::lock_guard<std::mutex> lock(service_->mu_);
+    if (--service_->in_flight_ == 0) service_->idle_cv_.notify_all();
+  }
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+
+ private:
+  GenerationServiceImpl* service_;
+};
+
+struct GenerationServiceImpl::StreamResult {
+  grpc::Status status;
+  int32_t completion_tokens = 0;
+  pb::FinishReason finish = pb::FINISH_REASON_UNSPECIFIED;
+};
+
+GenerationServiceImpl::GenerationServiceImpl(GrpcOptions options, ServerMetrics* metrics)
+    : options_(std::move(options)), metrics_(metrics) {}
+
+void GenerationServiceImpl::SetEngine(EngineClient* engine) {
+  limits_.served_model_name = options_.served_model_name;
+  limits_.max_model_len = engine->info().max_model_len;
+  limits_.vocab_size = engine->info().vocab_size;
+  limits_.defaults = engine->files().generation;
+  created_unix_s_ = std::chrono::duration_cast<std::chrono::seconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count();
+  engine_.store(engine, std::memory_order_release);  // publishes limits_ too
+}
+
+bool GenerationServiceImpl::WaitIdle(Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return idle_cv_.wait_until(lock, deadline, [this] { return in_flight_ == 0; });
+}
+
+int64_t GenerationServiceImpl::in_flight() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return in_flight_;
+}
+
+EngineClient& GenerationServiceImpl::ReadyEngine(bool allow_draining) const {
+  if (!allow_draining && draining()) throw Unavailable("the server is shutting down");
+  EngineClient* engine = this->engine();
+  if (engine == nullptr) throw Unavailable("the model is loading; retry shortly");
+  return *engine;
+}
+
+grpc::Status GenerationServiceImpl::Record(const char* method, const grpc::Status& status) const {
+  if (metrics_ != nullptr)
+    metrics_->OnApiRequest("grpc", method, StatusCodeName(status.error_code()));
+  return status;
+}
+
+grpc::Status GenerationServiceImpl::Generate(grpc::ServerContext* context,
+                                             const pb::GenerateRequest* request,
+                                             grpc::ServerWriter<pb::GenerateResponse>* writer) {
+  const auto start = Clock::now();
+  std::string id;
+  StreamResult result;
+  int32_t prompt_tokens = 0;
+  result.status = Guarded([&] {
+    EngineClient& engine = ReadyEngine();
+    InFlight in_flight(this);
+    GenerateParams params = ParseGenerateRequest(*request, limits_, engine.tokenizer());
+    id = NewRequestId();
+    params.request.request_id = id;
+    prompt_tokens = static_cast<int32_t>(params.request.prompt_ids.size());
+    result = RunStream(context, engine, params, writer);
+    return result.status;
+  });
+  if (options_.log_requests) {
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (result.status.ok()) {
+      spdlog::info("grpc Generate {}: {} prompt + {} completion tokens, {}, {:.3f} s", id,
+                   prompt_tokens, result.completion_tokens,
+                   result.finish == pb::FINISH_REASON_LENGTH ? "length" : "stop", seconds);
+    } else {
+      spdlog::info("grpc Generate {}: {} ({}), {:.3f} s", id.empty() ? "-" : id,
+                   StatusCodeName(result.status.error_code()), result.status.error_message(),
+                   seconds);
+    }
+  }
+  return Record("Generate", result.status);
+}
+
+GenerationServiceImpl::StreamResult GenerationServiceImpl::RunStream(
+    grpc::ServerContext* context, EngineClient& engine, const GenerateParams& params,
+    grpc::ServerWriter<pb::GenerateResponse>* writer) {
+  const std::string& id = params.request.request_id;
+  std::shared_ptr<RequestStream> stream;
+  try {
+    stream = engine.Submit(params.request);
+  } catch (const EngineUnavailable& e) {
+    throw Unavailable(e.what());
+  } catch (const Error& e) {
+    // What the engine validates beyond the parser (messages name the field).
+    throw RpcError(grpc::StatusCode::INVALID_ARGUMENT, e.what());
+  }
+  // Until the engine has ended the request, leaving this function any other
+  // way (cancel, deadline, failed write, exception) aborts it: its KV blocks
+  // are freed in the engine's next step.
+  bool engine_done = false;
+  struct AbortUnlessDone {
+    EngineClient& engine;
+    const std::string& id;
+    const bool& done;
+    ~AbortUnlessDone() {
+      if (!done) engine.Abort(id);
+    }
+  } abort_guard{engine, id, engine_done};
+
+  GenerateResponder responder(engine.tokenizer(), id, params);
+  pb::GenerateResponse message;
+  StreamResult result;
+  while (!responder.finished()) {
+    if (context->IsCancelled()) {
+      // The status is not sent (the call is over); it is what the metrics count.
+      const bool expired = context->deadline() <= std::chrono::system_clock::now();
+      result.status = expired
+                          ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded")
+                          : grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
+      return result;
+    }
+    std::optional<EngineOutput> output = stream->Next(options_.cancel_poll);
+    if (!output) continue;
+    if (output->finished()) engine_done = true;
+    if (output->finish == FinishReason::kError) {
+      result.status =
+          grpc::Status(grpc::StatusCode::INTERNAL, "the engine failed: " + output->error);
+      return result;
+    }
+    if (output->finish == FinishReason::kAbort) {
+      // Ours are never read back, so the server aborted it (drain timeout).
+      result.status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                   "the request was aborted: the server is shutting down");
+      return result;
+    }
+    if (!responder.Add(std::move(*output), &message)) continue;
+    if (responder.stopped_by_string() && !engine_done) {
+      engine.Abort(id, FinishReason::kStop);  // metrics count it as a stop
+      engine_done = true;
+    }
+    if (!writer->Write(message)) {
+      result.status = grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+      return result;
+    }
+  }
+  result.completion_tokens = responder.completion_tokens();
+  result.finish = message.finish_reason();
+  return result;
+}
+
+grpc::Status GenerationServiceImpl::Tokenize(grpc::ServerContext*,
+                                             const pb::TokenizeRequest* request,
+                                             pb::TokenizeResponse* response) {
+  return Record("Tokenize", Guarded([&] {
+                  EngineClient& engine = ReadyEngine();
+                  CheckModel(request->model(), limits_);
+                  const bool add_special =
+                      request->has_add_special_tokens() ? request->add_special_tokens() : true;
+                  const std::vector<int32_t> ids =
+                      engine.tokenizer().Encode(request->text(), add_special);
+                  response->mutable_token_ids()->Add(ids.begin(), ids.end());
+                  response->set_count(static_cast<int32_t>(ids.size()));
+                  response->set_max_model_len(limits_.max_model_len);
+                  return grpc::Status::OK;
+                }));
+}
+
+grpc::Status GenerationServiceImpl::Detokenize(grpc::ServerContext*,
+                                               const pb::DetokenizeRequest* request,
+                                               pb::DetokenizeResponse* response) {
+  return Record("Detokenize", Guarded([&] {
+                  EngineClient& engine = ReadyEngine();
+                  CheckModel(request->model(), limits_);
+                  const auto& ids = request->token_ids();
+                  const std::span<const int32_t> span(ids.data(), static_cast<size_t>(ids.size()));
+                  CheckTokenIds(span, limits_.vocab_size, "token_ids");
+                  response->set_text(engine.tokenizer().Decode(span));
+                  return grpc::Status::OK;
+                }));
+}
+
+grpc::Status GenerationServiceImpl::ListModels(grpc::ServerContext*, const pb::ListModelsRequest*,
+                                               pb::ListModelsResponse* response) {
+  return Record("ListModels", Guarded([&] {
+                  EngineClient& engine = ReadyEngine();
+                  pb::ModelCard* card = response->add_models();
+                  card->set_id(limits_.served_model_name);
+                  card->set_owned_by("tqserve");
+                  card->set_created(created_unix_s_);
+                  card->set_root(engine.info().model_dir);
+                  card->set_max_model_len(limits_.max_model_len);
+                  return grpc::Status::OK;
+                }));
+}
+
+grpc::Status GenerationServiceImpl::GetServerInfo(grpc::ServerContext*,
+                                                  const pb::GetServerInfoRequest*,
+                                                  pb::GetServerInfoResponse* response) {
+  return Record(
+      "GetServerInfo", Guarded([&] {
+        // Answers while draining too: EngineState.draining says so.
+        EngineClient& engine = ReadyEngine(/*allow_draining=*/true);
+        const EngineInfo& info = engine.info();
+        response->set_model(limits_.served_model_name);
+        response->set_model_dir(info.model_dir);
+        response->set_device(info.device);
+        pb::KvCacheInfo* kv = response->mutable_kv_cache();
+        kv->set_dtype(info.kv_cache_dtype);
+        kv->set_block_size(info.block_size);
+        kv->set_num_blocks(info.num_kv_blocks);
+        kv->set_bytes_per_block(info.kv_bytes_per_block);
+        kv->set_total_bytes(info.kv_cache_bytes);
+        kv->set_capacity_tokens(info.kv_capacity_tokens);
+        kv->set_calibration(info.kv_calibration_source);
+        response->set_max_model_len(info.max_model_len);
+        response->set_max_num_seqs(info.max_num_seqs);
+        response->set_max_num_batched_tokens(info.max_num_batched_tokens);
+        response->set_vocab_size(info.vocab_size);
+        for (const auto& [precision, bytes] : info.weight_bytes) {
+          (*response->mutable_weight_bytes())[precision] = bytes;
+        }
+        pb::Versions* versions = response->mutable_versions();
+        versions->set_tqserve(TQ_VERSION);
+        versions->set_grpc(grpc::Version());
+        versions->set_protobuf(google::protobuf::internal::VersionString(GOOGLE_PROTOBUF_VERSION));
+        versions->set_api("tqserve.v1");
+        const EngineStats stats = engine.Stats();
+        pb::EngineState* state = response->mutable_state();
+        state->set_alive(stats.alive);
+        state->set_draining(draining() || stats.draining);
+        state->set_num_requests_running(stats.num_running);
+        state->set_num_requests_waiting(stats.num_waiting);
+        state->set_kv_cache_blocks_used(stats.kv_blocks_used);
+        return grpc::Status::OK;
+      }));
+}
+
+}  // namespace tq::grpc_api

@@ -1,0 +1,116 @@
+// The gRPC server: service, health, reflection (see grpc_server.h).
+#include "server/grpc/grpc_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "engine/common/error.h"
+
+namespace tq::grpc_api {
+namespace {
+
+// "host:port", IPv6 literals in brackets ("[::]:50051"), as gRPC's URI wants.
+std::string ListenAddress(const std::string& host, int port) {
+  const bool ipv6 = host.find(':') != std::string::npos && host.front() != '[';
+  return (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+constexpr std::chrono::milliseconds kHealthPeriod(100);
+
+}  // namespace
+
+GrpcServer::GrpcServer(GrpcOptions options, ServerMetrics* metrics)
+    : options_(std::move(options)),
+      service_(std::make_unique<GenerationServiceImpl>(options_, metrics)) {}
+
+GrpcServer::~GrpcServer() {
+  Stop();
+}
+
+int GrpcServer::Start() {
+  // Process-wide switches, read when a server is built.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  const std::string address = ListenAddress(options_.host, options_.port);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(service_.get());
+  builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
+  // The synchronous API runs each call on its own thread: bound them (the
+  // streams' limit plus room for unary calls). gRPC answers calls it has no
+  // thread for with RESOURCE_EXHAUSTED.
+  grpc::ResourceQuota quota("tqserve-grpc");
+  quota.SetMaxThreads(options_.max_concurrent_streams + 64);
+  builder.SetResourceQuota(quota);
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port == 0) {
+    server_.reset();
+    throw Error("gRPC: cannot listen on " + address);
+  }
+  // The default health service starts out SERVING; nothing can have asked
+  // yet (a client needs a connection first), and until SetEngine it is not.
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  health->SetServingStatus("", false);
+  health->SetServingStatus(kGenerationServiceName, false);
+  monitor_ = std::thread([this] { MonitorHealth(); });
+  return port;
+}
+
+void GrpcServer::SetEngine(EngineClient* engine) {
+  service_->SetEngine(engine);
+  cv_.notify_all();  // SERVING now rather than at the next period
+}
+
+void GrpcServer::StartDraining() {
+  service_->StartDraining();
+  cv_.notify_all();
+}
+
+bool GrpcServer::WaitIdle(std::chrono::steady_clock::time_point deadline) {
+  return service_->WaitIdle(deadline);
+}
+
+int64_t GrpcServer::in_flight() const {
+  return service_->in_flight();
+}
+
+bool GrpcServer::Serving() const {
+  const EngineClient* engine = service_->engine();
+  if (engine == nullptr || service_->draining()) return false;
+  const EngineStats stats = engine->Stats();
+  return stats.alive && !stats.draining;
+}
+
+void GrpcServer::MonitorHealth() {
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  bool serving = false;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    if (const bool now = Serving(); now != serving) {
+      serving = now;
+      health->SetServingStatus("", serving);
+      health->SetServingStatus(kGenerationServiceName, serving);
+    }
+    cv_.wait_for(lock, kHealthPeriod);
+  }
+}
+
+void GrpcServer::Stop(std::chrono::milliseconds grace) {
+  if (server_ == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (monitor_.joinable()) monitor_.join();
+  service_->StartDraining();
+  // NOT_SERVING for every service, and later status changes are ignored.
+  server_->GetHealthCheckService()->Shutdown();
+  server_->Shutdown(std::chrono::system_clock::now() + grace);
+  server_->Wait();
+  server_.reset();
+}
+
+}  // namespace tq::grpc_api
