@@ -30,7 +30,7 @@ build: configure
 	cmake --build $(BUILD_DIR)
 
 serve: build
-	$(BUILD_DIR)/bin/tqserve generate --model $(MODEL) --prompt "$(PROMPT)" --temperature 0 --max-tokens 256
+	$(BUILD_DIR)/bin/tqserve serve --model $(MODEL)
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 600

@@ -37,4 +37,9 @@ void AddMakeRandomModelCommand(CLI::App& app);
 /// `tqserve eval --model DIR --text FILE [--ctx N --stride S]`: perplexity.
 void AddEvalCommand(CLI::App& app);
 
+/// `tqserve serve --model DIR [--host --port --served-model-name ...]`: the
+/// OpenAI-compatible HTTP daemon (server/http, docs/api.md). Runs until
+/// SIGTERM/SIGINT, then drains and returns (exit status 0).
+void AddServeCommand(CLI::App& app);
+
 }  // namespace tq

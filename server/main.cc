@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   tq::AddGenerateCommand(app);
   tq::AddMakeRandomModelCommand(app);
   tq::AddEvalCommand(app);
+  tq::AddServeCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,244 @@
+// `tqserve serve`: the OpenAI-compatible HTTP daemon. Flags, start-up order
+// (HTTP first, then the model), signals and the drain on SIGTERM/SIGINT.
+#include <pthread.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "engine/common/error.h"
+#include "engine/kv/kv_cache.h"
+#include "engine/runtime/engine_client.h"
+#include "engine/runtime/generator.h"
+#include "server/cli_commands.h"
+#include "server/http/http_server.h"
+#include "server/metrics/server_metrics.h"
+
+namespace tq {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct ServeArgs {
+  EngineOptions engine;
+  std::string kv_cache_dtype = "tq3";  // DESIGN.md: tq3 is the default KV format
+  http::HttpOptions http;
+  double shutdown_timeout_s = 30;
+  bool disable_log_requests = false;
+  bool kv_cache_memory_set = false;
+};
+
+// SIGTERM/SIGINT, taken synchronously by one thread (sigwait) so that no
+// handler runs in the middle of another thread's work. The signals must be
+// blocked before any other thread starts (threads inherit the mask).
+class SignalWaiter {
+ public:
+  SignalWaiter() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGTERM);
+    sigaddset(&set_, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~SignalWaiter() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    pthread_kill(thread_.native_handle(), SIGTERM);  // wakes sigwait
+    thread_.join();
+  }
+
+  /// Waits until `count` signals have arrived or `deadline`; true if they have.
+  bool WaitFor(int count, Clock::time_point deadline = Clock::time_point::max()) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_until(lock, deadline, [&] { return received_ >= count; });
+  }
+  int received() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return received_;
+  }
+
+ private:
+  void Loop() {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&set_, &sig) != 0) continue;
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return;
+      ++received_;
+      spdlog::info("received {}{}", sig == SIGINT ? "SIGINT" : "SIGTERM",
+                   received_ == 1 ? ": draining" : ": aborting what is left");
+      cv_.notify_all();
+    }
+  }
+
+  sigset_t set_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int received_ = 0;
+  bool stopping_ = false;
+};
+
+// The default --kv-cache-memory: room for max_num_seqs sequences of
+// max_model_len tokens, capped at 1 GiB, never less than one sequence (the
+// engine's minimum).
+size_t DefaultKvCacheMemory(const ModelConfig& config, const EngineOptions& options) {
+  kernels::KvLayout layout;
+  layout.dtype = options.kv_cache_dtype;
+  layout.block_size = options.block_size;
+  layout.num_kv_heads = config.num_key_value_heads;
+  layout.head_dim = config.head_dim;
+  const size_t block_bytes =
+      PagedKvCache::BytesPerBlock(config.num_hidden_layers, layout, options.kv_sink_tokens);
+  const int64_t max_len = options.max_model_len > 0 ? options.max_model_len : config.MaxContext();
+  const size_t one_sequence =
+      block_bytes * static_cast<size_t>((max_len + options.block_size - 1) / options.block_size);
+  const size_t all = one_sequence * static_cast<size_t>(std::max(1, options.max_num_seqs));
+  return std::max(std::min(all, size_t{1} << 30), one_sequence);
+}
+
+std::string KvCacheLine(const EngineInfo& info, const ModelConfig& config) {
+  const kernels::KvDtype dtype = ParseKvDtypeFlag(info.kv_cache_dtype);
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "KV cache %s (%.3g bits/element): %d blocks x %d = %lld tokens in %.2f MiB",
+                info.kv_cache_dtype.c_str(), kernels::KvBitsPerElement(dtype, config.head_dim),
+                info.num_kv_blocks, info.block_size,
+                static_cast<long long>(info.kv_capacity_tokens),
+                static_cast<double>(info.kv_cache_bytes) / (1 << 20));
+  std::string out = line;
+  if (!info.kv_calibration_source.empty()) out += "; tq keys " + info.kv_calibration_source;
+  return out;
+}
+
+// Drain (issue 4): /health and new requests 503 at once; in-flight requests
+// get --shutdown-timeout to finish (a second signal cuts it short), then are
+// aborted; then the HTTP server and the engine stop.
+void Drain(http::HttpServer& server, EngineClient& engine, SignalWaiter& signals,
+           double timeout_s) {
+  server.state().StartDraining();
+  engine.StartDraining();
+  spdlog::info("draining: {} request(s) in flight, up to {} s", server.state().in_flight(),
+               timeout_s);
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(std::max(0.0, timeout_s)));
+  bool idle = false;
+  while (!idle && Clock::now() < deadline && signals.received() < 2) {
+    idle =
+        server.state().WaitIdle(std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
+  }
+  if (!idle && !server.state().WaitIdle(Clock::now())) {
+    spdlog::warn("drain: aborting {} request(s) still in flight", server.state().in_flight());
+    engine.AbortAll();
+    // Aborted streams end with an error event; give them a moment to be written.
+    server.state().WaitIdle(Clock::now() + std::chrono::seconds(5));
+  }
+  server.Stop();
+  engine.Shutdown();
+  spdlog::info("stopped");
+}
+
+void RunServe(ServeArgs& args) {
+  // A daemon logs to stderr (stdout stays free); set before any thread logs.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("tqserve"));
+  SignalWaiter signals;           // before any other thread starts
+  std::signal(SIGPIPE, SIG_IGN);  // a closed connection is a failed write, not a kill
+
+  args.engine.kv_cache_dtype = ParseKvDtypeFlag(args.kv_cache_dtype);
+  const ModelFiles files = LoadModelFiles(args.engine.model_dir);  // fail fast on a bad directory
+  if (args.http.served_model_name.empty()) {
+    std::filesystem::path dir(args.engine.model_dir);
+    if (!dir.has_filename()) dir = dir.parent_path();  // "models/stories260K/"
+    args.http.served_model_name = dir.filename().string();
+  }
+  if (!args.kv_cache_memory_set) {
+    args.engine.kv_cache_memory = DefaultKvCacheMemory(files.config, args.engine);
+  }
+  args.http.log_requests = !args.disable_log_requests;
+
+  ServerMetrics metrics;
+  http::HttpServer server(args.http, &metrics);
+  const int port = server.Bind();
+  server.Start();
+  // Integration tests read the port (--port 0) from this line.
+  std::fprintf(stderr, "tqserve: listening on http://%s:%d\n", args.http.host.c_str(), port);
+  std::fflush(stderr);
+
+  std::unique_ptr<EngineClient> engine;
+  try {
+    const auto load_start = Clock::now();
+    engine = std::make_unique<EngineClient>(args.engine, &metrics);
+    server.state().SetEngine(engine.get());
+    spdlog::info("model {} loaded in {:.2f} s as \"{}\" (max_model_len {})",
+                 engine->info().model_dir,
+                 std::chrono::duration<double>(Clock::now() - load_start).count(),
+                 args.http.served_model_name, engine->info().max_model_len);
+    spdlog::info("{}", KvCacheLine(engine->info(), files.config));
+  } catch (...) {
+    server.Stop();
+    throw;
+  }
+  signals.WaitFor(1);
+  Drain(server, *engine, signals, args.shutdown_timeout_s);
+}
+
+}  // namespace
+
+void AddServeCommand(CLI::App& app) {
+  auto args = std::make_shared<ServeArgs>();
+  args->engine.model_dir = TQ_DEFAULT_MODEL_DIR;
+  args->engine.max_num_seqs = 256;
+  args->engine.max_num_batched_tokens = 512;
+  auto* cmd = app.add_subcommand("serve", "Run the OpenAI-compatible HTTP server");
+  cmd->set_config("--config", "", "TOML file setting any of these flags (same names)");
+  cmd->add_option("--model", args->engine.model_dir, "Hugging Face model directory")
+      ->capture_default_str();
+  cmd->add_option("--host", args->http.host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", args->http.port, "Port to listen on (0 = any free port)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  cmd->add_option("--served-model-name", args->http.served_model_name,
+                  "Model name in the API (default: the model directory's name)");
+  cmd->add_option("--max-model-len", args->engine.max_model_len,
+                  "Context length in tokens (0 = the model's)")
+      ->check(CLI::Range(0, 1 << 24))
+      ->capture_default_str();
+  cmd->add_option("--max-num-seqs", args->engine.max_num_seqs, "Sequences running at once")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  cmd->add_option("--max-num-batched-tokens", args->engine.max_num_batched_tokens,
+                  "Tokens per engine step (prefill chunk size)")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  cmd->add_option("--threads", args->engine.num_threads,
+                  "CPU compute threads (0 = all cores; capped at the core count)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
+  AddKvCacheFlags(cmd, &args->engine, &args->kv_cache_dtype);
+  CLI::Option* kv_memory = cmd->get_option("--kv-cache-memory");
+  kv_memory->description(
+      "KV pool size in bytes (default: --max-num-seqs sequences of --max-model-len tokens, at "
+      "most 1 GiB, at least one sequence)");
+  cmd->add_option("--shutdown-timeout", args->shutdown_timeout_s,
+                  "Seconds in-flight requests get to finish after SIGTERM/SIGINT")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
+  cmd->add_flag("--disable-log-requests", args->disable_log_requests,
+                "Do not log one line per request");
+  cmd->callback([args, kv_memory] {
+    args->kv_cache_memory_set = kv_memory->count() > 0;
+    RunServe(*args);
+  });
+}
+
+}  // namespace tq

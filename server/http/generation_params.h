@@ -1,0 +1,67 @@
+// Request fields shared by /v1/completions and /v1/chat/completions.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/model/model_config.h"
+#include "engine/sampling/sampling_params.h"
+
+namespace tq::http {
+
+/// What request validation needs to know about the served model. Plain
+/// values so that parsing is testable without a loaded engine.
+struct ModelContext {
+  std::string served_model_name;  // a request's "model" must equal it
+  int32_t max_model_len = 0;      // tokens (prompt + output)
+  int32_t vocab_size = 0;         // token ids must be in [0, vocab_size)
+  GenerationDefaults defaults;    // generation_config.json (vLLM's --generation-config auto)
+};
+
+/// Limits we choose where OpenAI and vLLM differ (docs/api.md).
+inline constexpr int32_t kMaxN = 128;             // choices per prompt
+inline constexpr int32_t kMaxSubRequests = 1024;  // prompts x n per request
+inline constexpr size_t kMaxStopStrings = 64;     // OpenAI: 4; vLLM: unlimited
+inline constexpr int32_t kMaxLogprobs = 20;       // OpenAI's and vLLM's default cap
+
+/// The generation fields of a request, validated (see docs/api.md for each
+/// field's source and meaning). `sampling.max_tokens` is left for
+/// ResolveMaxTokens, which needs the prompt length.
+struct GenerationParams {
+  std::string model;  // as sent ("" when absent: the served model, as vLLM)
+  SamplingParams sampling;
+  std::optional<int32_t> max_tokens;  // max_completion_tokens, else max_tokens; unset = to the end
+  int32_t n = 1;
+  std::vector<std::string> stop;  // OpenAI `stop`; empty strings dropped
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  int32_t priority = 0;        // vLLM extension: lower runs first
+  std::string user;            // accepted, logged only
+};
+
+/// Reads and validates the shared fields of `body` (a JSON object). Unknown
+/// fields are ignored. `default_max_tokens` is the endpoint's default when the
+/// client sends neither max_tokens nor max_completion_tokens (16 for
+/// completions as OpenAI; nullopt for chat: up to max_model_len). Unset
+/// sampling fields take ctx.defaults (temperature, top_p, top_k,
+/// repetition_penalty), then OpenAI's. Throws ApiException (400, with param).
+GenerationParams ParseGenerationParams(const nlohmann::json& body, const ModelContext& ctx,
+                                       std::optional<int32_t> default_max_tokens);
+
+/// Seed of choice `i` of n: seed + i (wrapping), so that the n choices of a
+/// seeded request differ from each other and each is reproducible.
+std::optional<uint64_t> ChoiceSeed(const std::optional<uint64_t>& seed, int32_t i);
+
+/// The max_tokens of one prompt of `prompt_len` tokens (vLLM's rule): a
+/// prompt longer than max_model_len is rejected; when the client set
+/// max_tokens, prompt + max_tokens must fit too; when unset, generation may
+/// run to max_model_len (and a prompt that fills it leaves no room: rejected).
+/// `input_name` is "prompt" or "messages" (message wording and param).
+/// Throws ApiException 400 code "context_length_exceeded".
+int32_t ResolveMaxTokens(int32_t prompt_len, std::optional<int32_t> max_tokens,
+                         int32_t max_model_len, const std::string& input_name);
+
+}  // namespace tq::http

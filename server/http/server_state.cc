@@ -1,0 +1,44 @@
+// Shared handler state (see server_state.h).
+#include "server/http/server_state.h"
+
+#include "server/http/openai_errors.h"
+
+namespace tq::http {
+
+void ServerState::SetEngine(EngineClient* engine) {
+  model_.served_model_name = options_.served_model_name;
+  model_.max_model_len = engine->info().max_model_len;
+  model_.vocab_size = engine->info().vocab_size;
+  model_.defaults = engine->files().generation;
+  chat_template_ = std::make_unique<ChatTemplate>(engine->files(), engine->tokenizer());
+  engine_.store(engine, std::memory_order_release);
+}
+
+EngineClient& ServerState::ReadyEngine() const {
+  if (draining()) throw ApiException(Unavailable("the server is shutting down"));
+  EngineClient* engine = this->engine();
+  if (engine == nullptr) throw ApiException(Unavailable("the model is loading; retry shortly"));
+  return *engine;
+}
+
+ServerState::InFlight::InFlight(ServerState* state) : state_(state) {
+  std::lock_guard<std::mutex> lock(state_->mu_);
+  ++state_->in_flight_;
+}
+
+ServerState::InFlight::~InFlight() {
+  std::lock_guard<std::mutex> lock(state_->mu_);
+  if (--state_->in_flight_ == 0) state_->idle_cv_.notify_all();
+}
+
+bool ServerState::WaitIdle(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return idle_cv_.wait_until(lock, deadline, [this] { return in_flight_ == 0; });
+}
+
+int64_t ServerState::in_flight() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return in_flight_;
+}
+
+}  // namespace tq::http

@@ -1,0 +1,83 @@
+// State shared by the HTTP route handlers: options, the engine once loaded,
+// the drain flag and the count of generation requests in flight.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "engine/runtime/engine_client.h"
+#include "server/http/generation_params.h"
+#include "server/metrics/server_metrics.h"
+#include "server/text/chat_template.h"
+
+namespace tq::http {
+
+/// Options of the HTTP front end (`tqserve serve` flags).
+struct HttpOptions {
+  std::string host = "0.0.0.0";
+  int port = 8000;                // 0: any free port
+  std::string served_model_name;  // requests' "model" must equal it
+  int max_connections = 512;      // worker threads; each open stream holds one
+  bool log_requests = true;       // one info line per request
+  size_t max_body_bytes = 64 << 20;
+};
+
+/// Thread-safe: handlers on many httplib worker threads read it; SetEngine
+/// and StartDraining come from the serve thread.
+class ServerState {
+ public:
+  ServerState(HttpOptions options, ServerMetrics* metrics)
+      : options_(std::move(options)), metrics_(metrics) {}
+
+  const HttpOptions& options() const { return options_; }
+  ServerMetrics* metrics() const { return metrics_; }
+
+  /// Publishes the loaded engine (not owned; it must outlive the server):
+  /// builds the model context and the chat template first (throws tq::Error
+  /// for a template that does not parse), then makes the API available.
+  void SetEngine(EngineClient* engine);
+  /// Null while loading.
+  EngineClient* engine() const { return engine_.load(std::memory_order_acquire); }
+  /// The engine for an API call; throws ApiException 503 while loading or draining.
+  EngineClient& ReadyEngine() const;
+  /// Valid once engine() is non-null.
+  const ModelContext& model() const { return model_; }
+  const ChatTemplate& chat_template() const { return *chat_template_; }
+
+  /// New API requests get 503 from now on (/health too).
+  void StartDraining() { draining_.store(true); }
+  bool draining() const { return draining_.load(); }
+
+  /// Counts one generation request while alive (for the drain).
+  class InFlight {
+   public:
+    explicit InFlight(ServerState* state);
+    ~InFlight();
+    InFlight(const InFlight&) = delete;
+    InFlight& operator=(const InFlight&) = delete;
+
+   private:
+    ServerState* state_;
+  };
+  /// Waits until no generation request is in flight or `deadline`; true when idle.
+  bool WaitIdle(std::chrono::steady_clock::time_point deadline);
+  int64_t in_flight() const;
+
+ private:
+  const HttpOptions options_;
+  ServerMetrics* const metrics_;
+  std::atomic<EngineClient*> engine_{nullptr};
+  ModelContext model_;
+  std::unique_ptr<ChatTemplate> chat_template_;
+  std::atomic<bool> draining_{false};
+  mutable std::mutex mu_;
+  std::condition_variable idle_cv_;
+  int64_t in_flight_ = 0;
+};
+
+}  // namespace tq::http
