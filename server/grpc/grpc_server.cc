@@ -38,6 +38,9 @@ int GrpcServer::Start() {
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(service_.get());
   builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
+  // gRPC sets SO_REUSEPORT by default, so a second daemon on the same port
+  // would start and silently take half the connections: fail instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // The synchronous API runs each call on its own thread: bound them (the
   // streams' limit plus room for unary calls). gRPC answers calls it has no
   // thread for with RESOURCE_EXHAUSTED.

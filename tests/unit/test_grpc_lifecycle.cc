@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "engine/common/error.h"
 #include "grpc_test_util.h"
 #include "watchdog.h"
 
@@ -298,6 +299,21 @@ TEST(GrpcLifecycle, StreamsBeyondTheLimitAreResourceExhausted) {
   ASSERT_TRUE(WaitUntil([&] { return s.server->in_flight() == 0; }));
   EXPECT_TRUE(RunGenerate(*s.stub, GreedyRequest("Hi", 1)).status.ok());
   ExpectEngineIdle(*s.engine);
+}
+
+TEST(GrpcLifecycle, ASecondServerOnTheSamePortFails) {
+  TestServer s;
+  grpc_api::GrpcOptions options;
+  options.host = "127.0.0.1";
+  options.port = s.port;
+  grpc_api::GrpcServer second(options, nullptr);
+  try {
+    second.Start();
+    ADD_FAILURE() << "a second server started on port " << s.port;
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "gRPC: cannot listen on 127.0.0.1:" + std::to_string(s.port));
+  }
+  EXPECT_EQ(HealthCheck(*s.channel, "").second, 1) << "the first server still answers";
 }
 
 }  // namespace

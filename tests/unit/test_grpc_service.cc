@@ -278,8 +278,12 @@ TEST_F(GrpcService, ListModelsAndServerInfo) {
   EXPECT_EQ(info.vocab_size(), 512);
   EXPECT_EQ(info.max_num_seqs(), server_->engine->info().max_num_seqs);
   EXPECT_EQ(info.max_num_batched_tokens(), server_->engine->info().max_num_batched_tokens);
+  // 260,032 fp32 parameters (config.json): tied embeddings 512 x 64, per layer
+  // q 64x64, k and v 64x32, o 64x64, gate and up 64x172, down 172x64, two
+  // norms of 64; the final norm of 64.
   ASSERT_EQ(info.weight_bytes().count("fp32"), 1u);
-  EXPECT_EQ(info.weight_bytes().at("fp32"), server_->engine->info().weight_bytes.at("fp32"));
+  EXPECT_EQ(info.weight_bytes().at("fp32"),
+            4u * (512 * 64 + 5 * (64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 172 + 2 * 64) + 64));
   EXPECT_EQ(info.versions().tqserve(), TQ_PROJECT_VERSION);
   EXPECT_EQ(info.versions().grpc(), GRPC_CPP_VERSION_STRING);
   EXPECT_EQ(info.versions().protobuf(), "3.21.12");  // Debian 12's libprotobuf-dev
