@@ -34,7 +34,29 @@ struct ServeArgs {
   double shutdown_timeout_s = 30;
   bool disable_log_requests = false;
   bool kv_cache_memory_set = false;
+  std::string config_file;
 };
+
+// --config FILE. CLI11 (2.1) reads a set_config file for the main app only,
+// so serve applies its own: each TOML key is a long flag name ('_' or '-'),
+// at the top level or in a [serve] table; a flag also given on the command
+// line keeps the command line's value. Unknown keys are errors (exit 2).
+void ApplyConfigFile(CLI::App& cmd, const std::string& path) {
+  for (const CLI::ConfigItem& item : CLI::ConfigTOML().from_file(path)) {
+    if (item.name == "++" || item.name == "--") continue;  // table open/close markers
+    const bool in_serve_table = item.parents.size() == 1 && item.parents[0] == "serve";
+    std::string name = item.name;
+    std::replace(name.begin(), name.end(), '_', '-');
+    CLI::Option* option = cmd.get_option_no_throw("--" + name);
+    if ((!item.parents.empty() && !in_serve_table) || option == nullptr || name == "config" ||
+        name == "help") {
+      throw CLI::ConfigError(path + ": unknown key '" + item.fullname() + "'");
+    }
+    if (option->count() > 0) continue;
+    option->add_result(item.inputs);
+    option->run_callback();  // validates (ranges) and stores, as for a command-line flag
+  }
+}
 
 // SIGTERM/SIGINT, taken synchronously by one thread (sigwait) so that no
 // handler runs in the middle of another thread's work. The signals must be
@@ -200,7 +222,9 @@ void AddServeCommand(CLI::App& app) {
   args->engine.max_num_seqs = 256;
   args->engine.max_num_batched_tokens = 512;
   auto* cmd = app.add_subcommand("serve", "Run the OpenAI-compatible HTTP server");
-  cmd->set_config("--config", "", "TOML file setting any of these flags (same names)");
+  cmd->add_option("--config", args->config_file,
+                  "TOML file setting any of these flags by their long names (top level or a "
+                  "[serve] table); flags on the command line win");
   cmd->add_option("--model", args->engine.model_dir, "Hugging Face model directory")
       ->capture_default_str();
   cmd->add_option("--host", args->http.host, "Address to listen on")->capture_default_str();
@@ -235,7 +259,8 @@ void AddServeCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--disable-log-requests", args->disable_log_requests,
                 "Do not log one line per request");
-  cmd->callback([args, kv_memory] {
+  cmd->callback([args, cmd, kv_memory] {
+    if (!args->config_file.empty()) ApplyConfigFile(*cmd, args->config_file);
     args->kv_cache_memory_set = kv_memory->count() > 0;
     RunServe(*args);
   });

@@ -36,11 +36,8 @@ GenerationParams ParseGenerationParams(const json& body, const ModelContext& ctx
         BadRequest("the request body must be a JSON object, got " + JsonTypeName(body)));
   }
   GenerationParams p;
+  CheckModelName(body, ctx.served_model_name);
   p.model = GetString(body, "model").value_or("");
-  if (!p.model.empty() && p.model != ctx.served_model_name) {
-    throw ApiException(
-        BadRequest("The model `" + p.model + "` does not exist.", "model", "model_not_found"));
-  }
   RejectUnsupported(body);
 
   // max_completion_tokens is OpenAI's newer name; it wins when both are sent (vLLM).
@@ -96,6 +93,14 @@ GenerationParams ParseGenerationParams(const json& body, const ModelContext& ctx
   p.priority = static_cast<int32_t>(GetInt(body, "priority").value_or(0));
   p.user = GetString(body, "user").value_or("");
   return p;
+}
+
+void CheckModelName(const json& body, const std::string& served_name) {
+  const auto model = GetString(body, "model");
+  if (model && *model != served_name) {
+    throw ApiException(
+        BadRequest("The model `" + *model + "` does not exist.", "model", "model_not_found"));
+  }
 }
 
 std::optional<uint64_t> ChoiceSeed(const std::optional<uint64_t>& seed, int32_t i) {

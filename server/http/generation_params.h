@@ -51,6 +51,10 @@ struct GenerationParams {
 GenerationParams ParseGenerationParams(const nlohmann::json& body, const ModelContext& ctx,
                                        std::optional<int32_t> default_max_tokens);
 
+/// 400 model_not_found unless body["model"] is absent, null or `served_name`
+/// (a wrong type is a 400 naming "model").
+void CheckModelName(const nlohmann::json& body, const std::string& served_name);
+
 /// Seed of choice `i` of n: seed + i (wrapping), so that the n choices of a
 /// seeded request differ from each other and each is reproducible.
 std::optional<uint64_t> ChoiceSeed(const std::optional<uint64_t>& seed, int32_t i);

@@ -110,7 +110,15 @@ void Stream(httplib::Response& res, std::unique_ptr<RequestRunner> runner,
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [state](size_t /*offset*/, httplib::DataSink& sink) { return state->Step(sink); },
+      [state](size_t /*offset*/, httplib::DataSink& sink) {
+        try {
+          return state->Step(sink);
+        } catch (const std::exception& e) {
+          // Nothing may escape into httplib's writer; end the connection.
+          spdlog::error("{}: stream failed: {}", state->endpoint->meta.id, e.what());
+          return false;
+        }
+      },
       [state](bool success) {
         // httplib calls this with false when the client went away (a failed
         // write or a dead socket before a provider call): free the blocks now.

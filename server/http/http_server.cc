@@ -102,14 +102,6 @@ json ParseJsonBody(const httplib::Request& req) {
   return body;
 }
 
-void CheckModel(const ServerState& state, const json& body) {
-  const auto model = GetString(body, "model");
-  if (model && *model != state.options().served_model_name) {
-    throw ApiException(
-        BadRequest("The model `" + *model + "` does not exist.", "model", "model_not_found"));
-  }
-}
-
 httplib::Server::Handler Guarded(ServerState& state, RouteHandler handler) {
   return
       [&state, handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {

@@ -31,7 +31,7 @@ void HandleModels(ServerState& state, const httplib::Request&, httplib::Response
 void HandleTokenize(ServerState& state, const httplib::Request& req, httplib::Response& res) {
   EngineClient& engine = state.ReadyEngine();
   const json body = ParseJsonBody(req);
-  CheckModel(state, body);
+  CheckModelName(body, state.model().served_model_name);
   std::vector<int32_t> tokens;
   if (FindField(body, "messages") != nullptr) {
     // vLLM's chat form: the rendered template (add_generation_prompt default true).
@@ -57,7 +57,7 @@ void HandleTokenize(ServerState& state, const httplib::Request& req, httplib::Re
 void HandleDetokenize(ServerState& state, const httplib::Request& req, httplib::Response& res) {
   EngineClient& engine = state.ReadyEngine();
   const json body = ParseJsonBody(req);
-  CheckModel(state, body);
+  CheckModelName(body, state.model().served_model_name);
   if (FindField(body, "tokens") == nullptr) {
     throw ApiException(BadRequest("'tokens' is required", "tokens"));
   }

@@ -25,8 +25,6 @@ void SendJson(httplib::Response& res, const nlohmann::json& body, int status = 2
 void SendError(httplib::Response& res, const ApiError& error);
 /// The request body as a JSON object; 400 for invalid JSON or another type.
 nlohmann::json ParseJsonBody(const httplib::Request& req);
-/// 400 model_not_found unless body["model"] is absent or the served name.
-void CheckModel(const ServerState& state, const nlohmann::json& body);
 
 // POST /v1/completions and /v1/chat/completions (generation_routes.cc).
 void HandleCompletions(ServerState& state, const httplib::Request& req, httplib::Response& res);
