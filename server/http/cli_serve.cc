@@ -79,10 +79,11 @@ class SignalWaiter {
     thread_.join();
   }
 
-  /// Waits until `count` signals have arrived or `deadline`; true if they have.
-  bool WaitFor(int count, Clock::time_point deadline = Clock::time_point::max()) {
+  /// Blocks until `count` signals have arrived. (No wait_until with
+  /// time_point::max(): libstdc++ overflows converting it and spins.)
+  void WaitFor(int count) {
     std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_until(lock, deadline, [&] { return received_ >= count; });
+    cv_.wait(lock, [&] { return received_ >= count; });
   }
   int received() {
     std::lock_guard<std::mutex> lock(mu_);
