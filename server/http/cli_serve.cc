@@ -79,8 +79,7 @@ class SignalWaiter {
     thread_.join();
   }
 
-  /// Blocks until `count` signals have arrived. (No wait_until with
-  /// time_point::max(): libstdc++ overflows converting it and spins.)
+  /// Blocks until `count` signals have arrived.
   void WaitFor(int count) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return received_ >= count; });
