@@ -157,7 +157,10 @@ RequestResult RunRequest(httplib::Client& cli, const Options& o, const std::stri
   const bool sent = cli.send(req, res, err);
   r.done = now();
   if (!sent) {
-    r.error = "HTTP request failed: " + httplib::to_string(err);
+    char when[96];
+    std::snprintf(when, sizeof when, " (sent at %.3f s, failed %.3f s later)", r.sent,
+                  r.done - r.sent);
+    r.error = "HTTP request failed: " + httplib::to_string(err) + when;
   } else if (res.status != 200) {
     r.error =
         "HTTP " + std::to_string(res.status) + ": " + (o.stream ? sse.rest() : raw).substr(0, 300);
@@ -213,8 +216,11 @@ RunSummary RunLevel(const Options& o, const std::string& model, int concurrency,
       cli.set_keep_alive(true);
       cli.set_read_timeout(o.timeout_s, 0);
       cli.set_write_timeout(o.timeout_s, 0);
-      for (int i; (i = next.fetch_add(1)) < num_requests;) {
+      for (int i, on_connection = 0; (i = next.fetch_add(1)) < num_requests; ++on_connection) {
         results[i] = RunRequest(cli, o, model, prompts[i], t0);
+        if (!results[i].ok) {
+          results[i].error += "; request " + std::to_string(on_connection + 1) + " of its client";
+        }
       }
     });
   }

@@ -63,6 +63,13 @@ test('out-of-range values are 400s naming the field', async () => {
   await expect400('unknown role', () => chat({ messages: [{ role: 'wizard', content: 'x' }] }), 'role');
 });
 
+test('a streaming request with a bad parameter gets a plain 400, not a stream', async () => {
+  await expect400('stream + top_p 2', () => completion({ stream: true, top_p: 2 }), 'top_p');
+  const res = await srv.daemon.post('/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'Hi' }], stream: true, n: 0 });
+  assert.equal(res.status, 400);
+  assertErrorBody(await res.json(), 400, 'chat stream n 0');
+});
+
 test('an unknown model is a 400', async () => {
   await expect400('unknown model', () => completion({ model: 'gpt-4o' }), 'model');
   await expect400('unknown model (chat)', () => chat({ model: 'nope' }), 'model');
