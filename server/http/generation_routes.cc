@@ -154,7 +154,7 @@ void Run(ServerState& state, const httplib::Request& req, httplib::Response& res
     spdlog::info("{}: {} choice(s), prompt {} tokens, max_tokens {}, temperature {}, stream {}{}",
                  endpoint->meta.id, choices.size(), first.request.prompt_ids.size(),
                  first.request.sampling.max_tokens, params.sampling.temperature, params.stream,
-                 params.user.empty() ? "" : ", user " + params.user);
+                 params.user.empty() ? "" : ", user " + DumpJson(params.user));  // quoted, escaped
   }
   auto in_flight = std::make_unique<ServerState::InFlight>(&state);
   auto runner = std::make_unique<RequestRunner>(CallsFor(engine), engine.tokenizer(),

@@ -81,6 +81,7 @@ void HandleHealth(ServerState& state, const httplib::Request&, httplib::Response
 }
 
 void HandleMetrics(ServerState& state, const httplib::Request&, httplib::Response& res) {
+  if (state.metrics() == nullptr) throw ApiException(ApiError{404, "no metrics", "", "", ""});
   const EngineClient* engine = state.engine();
   static const EngineInfo kNoInfo;
   const std::string text =

@@ -34,7 +34,9 @@ class ServerState {
   ServerState(HttpOptions options, ServerMetrics* metrics)
       : options_(std::move(options)), metrics_(metrics) {}
 
+  /// The options the server was started with (immutable).
   const HttpOptions& options() const { return options_; }
+  /// Where responses are counted and /metrics is rendered from (may be null in tests).
   ServerMetrics* metrics() const { return metrics_; }
 
   /// Publishes the loaded engine (not owned; it must outlive the server):
@@ -45,8 +47,9 @@ class ServerState {
   EngineClient* engine() const { return engine_.load(std::memory_order_acquire); }
   /// The engine for an API call; throws ApiException 503 while loading or draining.
   EngineClient& ReadyEngine() const;
-  /// Valid once engine() is non-null.
+  /// The served model's limits and defaults; valid once engine() is non-null.
   const ModelContext& model() const { return model_; }
+  /// The model's chat template (or the fallback); valid once engine() is non-null.
   const ChatTemplate& chat_template() const { return *chat_template_; }
 
   /// New API requests get 503 from now on (/health too).
@@ -66,6 +69,7 @@ class ServerState {
   };
   /// Waits until no generation request is in flight or `deadline`; true when idle.
   bool WaitIdle(std::chrono::steady_clock::time_point deadline);
+  /// Generation requests in flight now (for the drain's log lines).
   int64_t in_flight() const;
 
  private:
