@@ -1,5 +1,6 @@
-// `tqserve serve`: the OpenAI-compatible HTTP daemon. Flags, start-up order
-// (HTTP first, then the model), signals and the drain on SIGTERM/SIGINT.
+// `tqserve serve`: the OpenAI-compatible HTTP daemon and the gRPC API
+// (docs/grpc.md). Flags, start-up order (HTTP and gRPC first, then the model),
+// signals and the drain on SIGTERM/SIGINT.
 #include <pthread.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -19,6 +20,7 @@
 #include "engine/runtime/engine_client.h"
 #include "engine/runtime/generator.h"
 #include "server/cli_commands.h"
+#include "server/grpc/grpc_server.h"
 #include "server/http/http_server.h"
 #include "server/metrics/server_metrics.h"
 
@@ -31,6 +33,7 @@ struct ServeArgs {
   EngineOptions engine;
   std::string kv_cache_dtype = "tq3";  // DESIGN.md: tq3 is the default KV format
   http::HttpOptions http;
+  grpc_api::GrpcOptions grpc;  // port 0: no gRPC server
   double shutdown_timeout_s = 30;
   bool disable_log_requests = false;
   bool kv_cache_memory_set = false;
@@ -143,29 +146,38 @@ std::string KvCacheLine(const EngineInfo& info, const ModelConfig& config) {
   return out;
 }
 
-// Drain (issue 4): /health and new requests 503 at once; in-flight requests
-// get --shutdown-timeout to finish (a second signal cuts it short), then are
-// aborted; then the HTTP server and the engine stop.
-void Drain(http::HttpServer& server, EngineClient& engine, SignalWaiter& signals,
-           double timeout_s) {
+// Drain (issue 4, and issue 5 for gRPC): /health and new requests 503, gRPC
+// health NOT_SERVING and new calls UNAVAILABLE at once; in-flight requests of
+// both get --shutdown-timeout to finish (a second signal cuts it short), then
+// are aborted; then the servers and the engine stop. `grpc` may be null.
+void Drain(http::HttpServer& server, grpc_api::GrpcServer* grpc, EngineClient& engine,
+           SignalWaiter& signals, double timeout_s) {
   server.state().StartDraining();
+  if (grpc != nullptr) grpc->StartDraining();
   engine.StartDraining();
-  spdlog::info("draining: {} request(s) in flight, up to {} s", server.state().in_flight(),
-               timeout_s);
+  const auto in_flight = [&] {
+    return server.state().in_flight() + (grpc != nullptr ? grpc->in_flight() : 0);
+  };
+  // Both idle by `until` (gRPC only checked once HTTP is).
+  const auto wait_idle = [&](Clock::time_point until) {
+    return server.state().WaitIdle(until) && (grpc == nullptr || grpc->WaitIdle(until));
+  };
+  spdlog::info("draining: {} request(s) in flight, up to {} s", in_flight(), timeout_s);
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(std::max(0.0, timeout_s)));
   bool idle = false;
   while (!idle && Clock::now() < deadline && signals.received() < 2) {
-    idle =
-        server.state().WaitIdle(std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
+    idle = wait_idle(std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
   }
-  if (!idle && !server.state().WaitIdle(Clock::now())) {
-    spdlog::warn("drain: aborting {} request(s) still in flight", server.state().in_flight());
+  if (!idle && !wait_idle(Clock::now())) {
+    spdlog::warn("drain: aborting {} request(s) still in flight", in_flight());
     engine.AbortAll();
-    // Aborted streams end with an error event; give them a moment to be written.
-    server.state().WaitIdle(Clock::now() + std::chrono::seconds(5));
+    // Aborted streams end with an error event (gRPC: UNAVAILABLE); give them
+    // a moment to be written.
+    wait_idle(Clock::now() + std::chrono::seconds(5));
   }
   server.Stop();
+  if (grpc != nullptr) grpc->Stop(std::chrono::seconds(1));
   engine.Shutdown();
   spdlog::info("stopped");
 }
@@ -196,11 +208,23 @@ void RunServe(ServeArgs& args) {
   std::fprintf(stderr, "tqserve: listening on http://%s:%d\n", args.http.host.c_str(), port);
   std::fflush(stderr);
 
+  std::unique_ptr<grpc_api::GrpcServer> grpc;
   std::unique_ptr<EngineClient> engine;
   try {
+    if (args.grpc.port != 0) {
+      args.grpc.host = args.http.host;
+      args.grpc.served_model_name = args.http.served_model_name;
+      args.grpc.log_requests = args.http.log_requests;
+      grpc = std::make_unique<grpc_api::GrpcServer>(args.grpc, &metrics);
+      const int grpc_port = grpc->Start();
+      // Integration tests read the gRPC port from this line.
+      std::fprintf(stderr, "tqserve: gRPC listening on %s:%d\n", args.http.host.c_str(), grpc_port);
+      std::fflush(stderr);
+    }
     const auto load_start = Clock::now();
     engine = std::make_unique<EngineClient>(args.engine, &metrics);
     server.state().SetEngine(engine.get());
+    if (grpc != nullptr) grpc->SetEngine(engine.get());
     spdlog::info("model {} loaded in {:.2f} s as \"{}\" (max_model_len {})",
                  engine->info().model_dir,
                  std::chrono::duration<double>(Clock::now() - load_start).count(),
@@ -211,7 +235,7 @@ void RunServe(ServeArgs& args) {
     throw;
   }
   signals.WaitFor(1);
-  Drain(server, *engine, signals, args.shutdown_timeout_s);
+  Drain(server, grpc.get(), *engine, signals, args.shutdown_timeout_s);
 }
 
 }  // namespace
@@ -221,7 +245,7 @@ void AddServeCommand(CLI::App& app) {
   args->engine.model_dir = TQ_DEFAULT_MODEL_DIR;
   args->engine.max_num_seqs = 256;
   args->engine.max_num_batched_tokens = 512;
-  auto* cmd = app.add_subcommand("serve", "Run the OpenAI-compatible HTTP server");
+  auto* cmd = app.add_subcommand("serve", "Run the OpenAI-compatible HTTP server and the gRPC API");
   cmd->add_option("--config", args->config_file,
                   "TOML file setting any of these flags by their long names (top level or a "
                   "[serve] table); flags on the command line win");
@@ -229,6 +253,10 @@ void AddServeCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--host", args->http.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", args->http.port, "Port to listen on (0 = any free port)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  cmd->add_option("--grpc-port", args->grpc.port,
+                  "gRPC port (tqserve.v1, grpc.health.v1, reflection; 0 = no gRPC server)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   cmd->add_option("--served-model-name", args->http.served_model_name,

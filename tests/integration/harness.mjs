@@ -117,7 +117,10 @@ export class Daemon {
 export async function startDaemon({ args = [], model = MODEL(), port = 0, readyTimeoutMs = 120_000 } = {}) {
   // Loopback only, unless a test asks for another address.
   const host = args.includes('--host') ? [] : ['--host', '127.0.0.1'];
-  const argv = ['serve', '--model', model, '--port', String(port), ...host, ...args];
+  // No gRPC server unless a test asks for one: daemons running in parallel
+  // would all want the default port 50051.
+  const grpc = args.includes('--grpc-port') ? [] : ['--grpc-port', '0'];
+  const argv = ['serve', '--model', model, '--port', String(port), ...host, ...grpc, ...args];
   const proc = spawn(BIN(), argv, { stdio: ['ignore', 'pipe', 'pipe'] });
   const daemon = new Daemon(proc, argv);
   live.add(daemon);

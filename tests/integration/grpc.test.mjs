@@ -1,0 +1,167 @@
+// The gRPC API of `tqserve serve --grpc-port`, driven by clients the project
+// did not write: @grpc/grpc-js + @grpc/proto-loader loading
+// proto/tqserve/v1/generation.proto, and grpc-health-check's
+// grpc.health.v1 definition. Compared with the HTTP API of the same daemon
+// (the same engine), the published llama2.c greedy ids and the Python
+// sentencepiece library.
+import assert from 'node:assert/strict';
+import { after, test } from 'node:test';
+
+import { connect, freePort, generate, grpcAddress, healthStatus, Status, unary } from './grpc_client.mjs';
+import { referenceIds, sentencepiece, serveForTests, sleep } from './harness.mjs';
+
+// fp32 KV: the published reference is exact fp32 greedy decoding.
+const served = serveForTests({ args: ['--grpc-port', String(await freePort()), '--kv-cache-dtype', 'fp32'] });
+let grpcClients;
+const clients = () => (grpcClients ??= connect(grpcAddress(served.daemon.stderr)));
+after(() => grpcClients?.close());
+
+const greedy = (text, max_tokens, extra = {}) => ({ text, sampling: { temperature: 0, max_tokens, ...extra } });
+
+test('health is SERVING after start-up, for the server and the service', async () => {
+  const { health } = clients();
+  assert.equal(await healthStatus(health, ''), 'SERVING');
+  assert.equal(await healthStatus(health, 'tqserve.v1.GenerationService'), 'SERVING');
+  await assert.rejects(healthStatus(health, 'no.such.Service'), (e) => e.code === Status.NOT_FOUND);
+});
+
+test('greedy Generate of "Once upon a time" matches the reference ids and the HTTP completion token for token', async () => {
+  const N = 100;
+  const got = await generate(clients().generation, greedy('Once upon a time', N, { logprobs: 0 }));
+  assert.equal(got.status, Status.OK, got.details);
+  assert.deepEqual(got.token_ids, referenceIds().slice(4, 4 + N));
+  assert.ok(got.messages.length > 1, 'the output streamed');
+  assert.equal(got.last.finish_reason, 'FINISH_REASON_LENGTH');
+  assert.deepEqual(got.last.usage, { prompt_tokens: 5, completion_tokens: N, total_tokens: 5 + N });
+
+  const http = await served.client.completions.create({
+    model: 'stories260K', prompt: 'Once upon a time', max_tokens: N, temperature: 0, logprobs: 0,
+  });
+  const choice = http.choices[0];
+  assert.equal(got.text, choice.text);
+  assert.equal(http.usage.completion_tokens, got.token_ids.length);
+  const positions = got.messages.flatMap((m) => m.logprobs);
+  assert.equal(positions.length, N);
+  assert.equal(choice.logprobs.tokens.length, N);
+  for (let i = 0; i < N; i++) {
+    // The same token: its text and its logprob (the HTTP API's float as JSON).
+    assert.equal(Buffer.from(positions[i].chosen.token).toString('utf8'), choice.logprobs.tokens[i], `token ${i}`);
+    assert.ok(Math.abs(positions[i].chosen.logprob - choice.logprobs.token_logprobs[i]) < 1e-6, `logprob ${i}`);
+  }
+});
+
+test('streamed deltas concatenate to the non-streamed HTTP text, also with a stop string', async () => {
+  for (const stop of [[], ['Lily']]) {
+    const got = await generate(clients().generation, greedy('The little dog', 80, { stop }));
+    assert.equal(got.status, Status.OK, got.details);
+    const http = await served.client.completions.create({
+      model: 'stories260K', prompt: 'The little dog', max_tokens: 80, temperature: 0, stop,
+    });
+    assert.equal(got.text, http.choices[0].text, `stop ${JSON.stringify(stop)}`);
+    assert.equal(got.last.usage.completion_tokens, http.usage.completion_tokens);
+    if (stop.length && got.last.finish_reason === 'FINISH_REASON_STOP') assert.equal(got.last.stop_string, 'Lily');
+  }
+});
+
+test('Tokenize agrees with /tokenize and with sentencepiece; Detokenize with /detokenize', async () => {
+  const texts = ['Once upon a time', 'naïve café 中文 😀', ' leading space', 'line one\nline two\n', ''];
+  const sp = sentencepiece({ encode: texts });
+  for (const [i, text] of texts.entries()) {
+    const ids = (await unary(clients().generation, 'Tokenize', { text })).token_ids;
+    const res = await served.daemon.post('/tokenize', { model: 'stories260K', prompt: text });
+    assert.equal(res.status, 200);
+    assert.deepEqual(ids, (await res.json()).tokens, text);
+    assert.deepEqual(ids, [1, ...sp.encode[i]], text);
+    const noBos = await unary(clients().generation, 'Tokenize', { text, add_special_tokens: false });
+    assert.deepEqual(noBos.token_ids, sp.encode[i], text);
+
+    const back = await unary(clients().generation, 'Detokenize', { token_ids: ids });
+    const httpBack = await served.daemon.post('/detokenize', { model: 'stories260K', tokens: ids });
+    assert.equal(back.text, (await httpBack.json()).prompt, text);
+  }
+});
+
+test('64 concurrent streams give what the same requests give one at a time', async () => {
+  const prompts = ['Once upon a time', 'The dog', 'Lily saw a bird', 'Tom was sad', 'One day', 'The big tree', 'A girl named Sue', 'They played'];
+  const requests = Array.from({ length: 64 }, (_, i) => ({
+    text: prompts[i % 8],
+    sampling: i % 2 === 0
+      ? { temperature: 0, max_tokens: 8 + ((i * 7) % 57) }
+      : { temperature: 0.8, top_k: 40, seed: 1000 + i, max_tokens: 8 + ((i * 7) % 57) },
+  }));
+  const alone = [];
+  for (const r of requests) alone.push(await generate(clients().generation, r));
+  const together = await Promise.all(requests.map((r) => generate(clients().generation, r)));
+  for (let i = 0; i < requests.length; i++) {
+    assert.equal(alone[i].status, Status.OK, alone[i].details);
+    assert.equal(together[i].status, Status.OK, together[i].details);
+    assert.deepEqual(together[i].token_ids, alone[i].token_ids, `request ${i}`);
+    assert.equal(together[i].text, alone[i].text, `request ${i}`);
+  }
+});
+
+test('invalid requests get INVALID_ARGUMENT or NOT_FOUND naming the field, and the daemon stays up', async () => {
+  const cases = [
+    ['empty input', {}, Status.INVALID_ARGUMENT, /^input /],
+    ['empty text', { text: '' }, Status.INVALID_ARGUMENT, /^text /],
+    ['max_tokens -1', greedy('Hi', -1), Status.INVALID_ARGUMENT, /^sampling\.max_tokens /],
+    ['top_p 2.0', { text: 'Hi', sampling: { top_p: 2.0 } }, Status.INVALID_ARGUMENT, /^sampling\.top_p /],
+    ['unknown model', { model: 'gpt-4', text: 'Hi' }, Status.NOT_FOUND, /^model: /],
+  ];
+  for (const [name, request, code, message] of cases) {
+    const got = await generate(clients().generation, request);
+    assert.equal(got.status, code, `${name}: ${got.details}`);
+    assert.match(got.details, message, name);
+    assert.equal(got.messages.length, 0, name);
+  }
+  const m = await served.daemon.metrics();
+  assert.equal(m.get('tqserve_api_requests_total', { protocol: 'grpc', route: 'Generate', code: 'NOT_FOUND' }), 1);
+  assert.ok(m.get('tqserve_api_requests_total', { protocol: 'grpc', route: 'Generate', code: 'INVALID_ARGUMENT' }) >= 4);
+  assert.equal(await healthStatus(clients().health), 'SERVING');
+  const ok = await generate(clients().generation, greedy('Once upon a time', 4));
+  assert.equal(ok.status, Status.OK);
+});
+
+test('100 client cancels and 100 50 ms deadlines leave no running request and no used KV block', async () => {
+  const long = greedy('Once upon a time', 500, { ignore_eos: true });
+  const cancelled = await Promise.all(Array.from({ length: 100 }, () => new Promise((resolve) => {
+    const call = clients().generation.Generate(long);
+    call.once('data', () => call.cancel());
+    call.on('error', () => {});
+    call.on('status', (s) => resolve(s.code));
+  })));
+  assert.deepEqual(new Set(cancelled), new Set([Status.CANCELLED]));
+  const expired = await Promise.all(Array.from({ length: 100 }, () => generate(clients().generation, long, { deadlineMs: 50 })));
+  assert.deepEqual(new Set(expired.map((r) => r.status)), new Set([Status.DEADLINE_EXCEEDED]));
+
+  const deadline = Date.now() + 2000;
+  let m;
+  for (;;) {
+    m = await served.daemon.metrics();
+    const idle = m.get('tqserve_num_requests_running') === 0 && m.get('tqserve_num_requests_waiting') === 0 &&
+      m.get('tqserve_kv_cache_blocks_used') === 0;
+    if (idle || Date.now() > deadline) break;
+    await sleep(20);
+  }
+  assert.equal(m.get('tqserve_num_requests_running'), 0);
+  assert.equal(m.get('tqserve_num_requests_waiting'), 0);
+  assert.equal(m.get('tqserve_kv_cache_blocks_used'), 0);
+  // The server sees each call end as the client's cancel, or as its own
+  // deadline when that passes first (it runs from when the call arrived).
+  const ended = (code) => m.sum('tqserve_api_requests_total', { protocol: 'grpc', route: 'Generate', code });
+  assert.equal(ended('CANCELLED') + ended('DEADLINE_EXCEEDED'), 200);
+  assert.ok(ended('CANCELLED') >= 100);
+});
+
+test('GetServerInfo and ListModels describe the daemon', async () => {
+  const info = await unary(clients().generation, 'GetServerInfo', {});
+  assert.equal(info.model, 'stories260K');
+  assert.equal(info.kv_cache.dtype, 'fp32');
+  assert.equal(info.max_model_len, 512);
+  assert.equal(info.versions.api, 'tqserve.v1');
+  const version = await (await served.daemon.fetch('/version')).json();
+  assert.equal(info.versions.tqserve, version.version);
+  const models = await unary(clients().generation, 'ListModels', {});
+  const http = await served.client.models.list();
+  assert.deepEqual(models.models.map((m) => m.id), http.data.map((m) => m.id));
+});
