@@ -191,8 +191,9 @@ void RunServe(ServeArgs& args) {
   args.engine.kv_cache_dtype = ParseKvDtypeFlag(args.kv_cache_dtype);
   const ModelFiles files = LoadModelFiles(args.engine.model_dir);  // fail fast on a bad directory
   if (args.http.served_model_name.empty()) {
-    std::filesystem::path dir(args.engine.model_dir);
-    if (!dir.has_filename()) dir = dir.parent_path();  // "models/stories260K/"
+    // The directory's own name also for "models/stories260K/", "." or "x/..".
+    std::filesystem::path dir = std::filesystem::absolute(args.engine.model_dir).lexically_normal();
+    if (!dir.has_filename()) dir = dir.parent_path();
     args.http.served_model_name = dir.filename().string();
   }
   if (!args.kv_cache_memory_set) {

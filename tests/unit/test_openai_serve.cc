@@ -107,8 +107,9 @@ class ServeProcess {
 const std::regex kListening(R"(tqserve: listening on http://0\.0\.0\.0:(\d+)\n)");
 
 TEST(ServeProcess, ListensLoadsIdlesQuietlyAndExitsZeroOnSigterm) {
-  ServeProcess serve(
-      {"--model", TQ_MODEL_DIR, "--port", "0", "--kv-cache-dtype", "fp16", "--max-num-seqs", "4"});
+  // --grpc-port 0: no gRPC server, whose default port parallel tests would share.
+  ServeProcess serve({"--model", std::string(TQ_MODEL_DIR) + "/", "--port", "0", "--grpc-port", "0",
+                      "--kv-cache-dtype", "fp16", "--max-num-seqs", "4"});
   const std::smatch m = serve.WaitForStderr(kListening, std::chrono::seconds(60));
   ASSERT_FALSE(m.empty()) << serve.err();
   const int port = std::stoi(m[1]);
@@ -123,7 +124,7 @@ TEST(ServeProcess, ListensLoadsIdlesQuietlyAndExitsZeroOnSigterm) {
   ASSERT_EQ(health, 200) << serve.err();
   auto models = client.Get("/v1/models");
   ASSERT_TRUE(models);
-  // The served name defaults to the model directory's name.
+  // The served name defaults to the model directory's name (a trailing "/" too).
   EXPECT_EQ(nlohmann::json::parse(models->body)["data"][0]["id"], "stories260K");
 
   // Idle: no thread may poll or spin (waits must block).
@@ -137,7 +138,7 @@ TEST(ServeProcess, ListensLoadsIdlesQuietlyAndExitsZeroOnSigterm) {
 }
 
 TEST(ServeProcess, MissingModelDirectoryExitsOneBeforeListening) {
-  ServeProcess serve({"--model", "/nonexistent/model", "--port", "0"});
+  ServeProcess serve({"--model", "/nonexistent/model", "--port", "0", "--grpc-port", "0"});
   EXPECT_EQ(serve.WaitExit(std::chrono::seconds(30)), 1);
   serve.WaitForStderr(std::regex("\n$"), std::chrono::seconds(5));
   EXPECT_NE(serve.err().find("tqserve: error: "), std::string::npos) << serve.err();
@@ -156,7 +157,7 @@ TEST(ServeProcess, PortInUseExitsOne) {
   socklen_t len = sizeof(addr);
   getsockname(sock, reinterpret_cast<sockaddr*>(&addr), &len);
   const std::string port = std::to_string(ntohs(addr.sin_port));
-  ServeProcess serve({"--model", TQ_MODEL_DIR, "--port", port});
+  ServeProcess serve({"--model", TQ_MODEL_DIR, "--port", port, "--grpc-port", "0"});
   EXPECT_EQ(serve.WaitExit(std::chrono::seconds(30)), 1);
   close(sock);
   serve.WaitForStderr(std::regex("--port"), std::chrono::seconds(5));
