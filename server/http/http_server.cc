@@ -129,9 +129,10 @@ HttpServer::HttpServer(HttpOptions options, ServerMetrics* metrics)
   // httplib's default sets SO_REUSEPORT, which lets a second daemon bind the
   // same port and silently share its traffic; SO_REUSEADDR alone still allows
   // a restart while old connections sit in TIME_WAIT, and refuses a port in use.
-  server_->set_socket_options([](int sock) {
+  server_->set_socket_options([this](int sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    listen_fd_ = sock;  // the last socket created is the one that bound
   });
   RegisterRoutes();
 }
@@ -171,6 +172,10 @@ int HttpServer::Bind() {
     throw Error("--host " + o.host + " --port " + std::to_string(o.port) +
                 ": cannot listen there (address in use or not available)");
   }
+  // httplib 0.11.4 listens with a backlog of 5, so a burst of connections
+  // stalls in SYN retries for seconds. listen(2) again on a listening socket
+  // only updates its backlog (Linux), capped by net.core.somaxconn.
+  if (listen_fd_ >= 0) ::listen(listen_fd_, SOMAXCONN);
   return port;
 }
 

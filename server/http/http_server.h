@@ -52,6 +52,7 @@ class HttpServer {
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   std::atomic<bool> listen_returned_{false};
+  int listen_fd_ = -1;  // the listening socket, seen in httplib's socket-options hook
 };
 
 }  // namespace tq::http
