@@ -19,6 +19,7 @@ PACKAGES=(
   prometheus-cpp-dev       # /metrics
   prometheus               # promtool, checks /metrics in the integration tests
   python3-jinja2           # reference renderer for the chat template tests
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # gRPC API
 )
 # node and npm run the integration tests with the real `openai` client; a
 # node installed another way (e.g. NodeSource) is used as it is.
