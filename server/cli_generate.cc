@@ -8,7 +8,7 @@
 #include "engine/common/error.h"
 #include "engine/runtime/generator.h"
 #include "server/cli_commands.h"
-#include "server/detokenizer.h"
+#include "server/text/detokenizer.h"
 
 namespace tq {
 namespace {

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "server/detokenizer.h"
+#include "server/text/detokenizer.h"
 
 namespace tq::http {
 namespace {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "engine/tokenizer/tokenizer.h"
-#include "server/detokenizer.h"
+#include "server/text/detokenizer.h"
 
 namespace tq {
 

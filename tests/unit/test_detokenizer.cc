@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "server/detokenizer.h"
+#include "server/text/detokenizer.h"
 
 namespace tq {
 namespace {

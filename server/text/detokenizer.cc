@@ -10,7 +10,7 @@
 // ("▁", "▁▁") would lose spaces that the full decode keeps. Windows that do not
 // start at the beginning of the sequence are therefore decoded behind an anchor
 // piece (a plain non-space piece such as "he"), whose text is then removed.
-#include "server/detokenizer.h"
+#include "server/text/detokenizer.h"
 
 #include <algorithm>
 #include <span>
