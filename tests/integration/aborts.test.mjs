@@ -54,7 +54,7 @@ test(`${COUNT} streams closed by the client free everything within 1 s`, async (
   const client = srv.client;
   // Long generations (ignore_eos, 300 tokens) so that every stream is closed mid-generation.
   const requests = workload(COUNT, { minTokens: 300, maxTokens: 300 }).map((r) => ({ ...r, ignore_eos: true, temperature: 0.8, seed: 1 }));
-  const outcomes = await Promise.all(requests.map((req, i) => (i % 2 ? abortWithSocket(req) : abortWithController(srv.client, req, 1 + (Math.floor(i / 2) % 2)))));
+  const outcomes = await Promise.all(requests.map((req, i) => (i % 2 ? abortWithSocket(req) : abortWithController(client, req, 1 + (Math.floor(i / 2) % 2)))));
   const lastAbort = Date.now();
   assert.equal(outcomes.filter((o) => o !== 'aborted').length, 0, 'some streams finished before the client closed them');
 
@@ -73,6 +73,6 @@ test(`${COUNT} streams closed by the client free everything within 1 s`, async (
     `abort count ${m.sum('tqserve_request_success_total', { finish_reason: 'abort' })}`);
 
   // Still serving.
-  const r = await srv.client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 8, temperature: 0 });
+  const r = await client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 8, temperature: 0 });
   assert.equal(r.usage.completion_tokens, 8);
 });

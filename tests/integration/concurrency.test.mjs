@@ -18,14 +18,14 @@ test(`${COUNT} concurrent streams equal the same requests sent alone`, async () 
   const client = srv.client;
   const requests = workload(COUNT);
   const alone = [];
-  for (const req of requests) alone.push(await streamGreedy(srv.client, MODEL, req));
+  for (const req of requests) alone.push(await streamGreedy(client, MODEL, req));
   for (const [i, a] of alone.entries()) {
     assert.ok(a.finish === 'stop' || a.finish === 'length', `request ${i} alone: finish ${a.finish}`);
   }
 
   const t0 = Date.now();
   const sampler = sampleMetric(srv.daemon, 'tqserve_num_requests_running', 5);
-  const together = await Promise.all(requests.map((req) => streamGreedy(srv.client, MODEL, req)));
+  const together = await Promise.all(requests.map((req) => streamGreedy(client, MODEL, req)));
   const seconds = (Date.now() - t0) / 1000;
   const running = await sampler.stop();
 

@@ -28,9 +28,10 @@ const srv = serveForTests();
 test('metrics add up to the traffic, and promtool check metrics passes silently', async () => {
   const client = srv.client;
   for (const [i, prompt] of PROMPTS.entries()) {
-    await srv.client.completions.create({ model: MODEL, prompt, max_tokens: GEN[i], temperature: 0, ignore_eos: true, stream: i === 1 });
+    const r = await client.completions.create({ model: MODEL, prompt, max_tokens: GEN[i], temperature: 0, ignore_eos: true, stream: i === 1 });
+    if (i === 1) for await (const chunk of r) assert.ok(chunk.choices);  // read the stream to its end
   }
-  await assert.rejects(srv.client.completions.create({ model: MODEL, prompt: 'x', top_p: 5 }));  // an error too
+  await assert.rejects(client.completions.create({ model: MODEL, prompt: 'x', top_p: 5 }));  // an error too
 
   const res = await srv.daemon.fetch('/metrics');
   assert.equal(res.status, 200);

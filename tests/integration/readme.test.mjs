@@ -79,4 +79,5 @@ test('every curl and openai example of the Serving section works as written', ()
     ran++;
   }
   assert.ok(ran >= 3, `only ${ran} examples ran`);
+  console.log(`# ${ran} README examples ran`);
 });

@@ -36,14 +36,14 @@ function float64LogSoftmax(ids) {
 
 test(`greedy "Once upon a time" (${N} tokens) equals the reference text`, async () => {
   const client = srv.client;
-  const r = await srv.client.completions.create({ model: 'stories260K', prompt: 'Once upon a time', max_tokens: N, temperature: 0, logprobs: 5 });
+  const r = await client.completions.create({ model: 'stories260K', prompt: 'Once upon a time', max_tokens: N, temperature: 0, logprobs: 5 });
   const expected = referenceCompletion(N);
   assert.equal(r.choices[0].text, expected);
   assert.equal(r.choices[0].finish_reason, 'length');
   assert.equal(r.usage.completion_tokens, N);
 
   // Streamed, the same text.
-  const s = await srv.client.completions.create({ model: 'stories260K', prompt: 'Once upon a time', max_tokens: N, temperature: 0, stream: true });
+  const s = await client.completions.create({ model: 'stories260K', prompt: 'Once upon a time', max_tokens: N, temperature: 0, stream: true });
   let streamed = '';
   for await (const chunk of s) streamed += chunk.choices[0]?.text ?? '';
   assert.equal(streamed, expected);
