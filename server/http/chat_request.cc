@@ -65,12 +65,16 @@ std::vector<ChatMessage> ParseChatMessages(const json& body) {
     }
     const auto role = GetString(message, "role", param + ".role");
     if (!role) Fail("'" + param + ".role' is required", param + ".role");
-    if (*role != "system" && *role != "user" && *role != "assistant") {
-      Fail("'" + param + ".role' must be \"system\", \"user\" or \"assistant\", got \"" + *role +
-               "\"",
+    if (*role != "system" && *role != "developer" && *role != "user" && *role != "assistant") {
+      Fail("'" + param +
+               ".role' must be \"system\", \"developer\", \"user\" or \"assistant\", got \"" +
+               *role + "\"",
            param + ".role");
     }
-    out.push_back(ChatMessage{*role, ParseContent(message, *role, param + ".content")});
+    // OpenAI's newer clients send "developer" for what chat templates know as
+    // "system" (OpenAI: developer messages replace system messages).
+    const std::string template_role = *role == "developer" ? "system" : *role;
+    out.push_back(ChatMessage{template_role, ParseContent(message, *role, param + ".content")});
   }
   return out;
 }

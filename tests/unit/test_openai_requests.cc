@@ -279,6 +279,17 @@ TEST(OpenAiChatRequest, MessagesAndDefaults) {
   EXPECT_TRUE(r.add_generation_prompt);
 }
 
+TEST(OpenAiChatRequest, DeveloperRoleIsASystemMessage) {
+  // OpenAI: "developer messages replace the previous system messages".
+  const ChatRequest r =
+      ParseChatRequest(json::parse(R"({"messages": [{"role": "developer", "content": "Be brief."},
+                                    {"role": "user", "content": "Hi"}]})"),
+                       Ctx());
+  ASSERT_EQ(r.messages.size(), 2u);
+  EXPECT_EQ(r.messages[0].role, "system");
+  EXPECT_EQ(r.messages[0].content, "Be brief.");
+}
+
 TEST(OpenAiChatRequest, LogprobsAndMaxTokens) {
   const ChatRequest r = ParseChatRequest(
       json::parse(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true,
