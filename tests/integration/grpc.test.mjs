@@ -30,7 +30,8 @@ test('greedy Generate of "Once upon a time" matches the reference ids and the HT
   const got = await generate(clients().generation, greedy('Once upon a time', N, { logprobs: 0 }));
   assert.equal(got.status, Status.OK, got.details);
   assert.deepEqual(got.token_ids, referenceIds().slice(4, 4 + N));
-  assert.ok(got.messages.length > 1, 'the output streamed');
+  // (How many messages carry them depends on timing: the engine can produce
+  // all 100 tokens before the handler reads, and deltas then merge.)
   assert.equal(got.last.finish_reason, 'FINISH_REASON_LENGTH');
   assert.deepEqual(got.last.usage, { prompt_tokens: 5, completion_tokens: N, total_tokens: 5 + N });
 
