@@ -135,10 +135,12 @@ test('100 client cancels and 100 50 ms deadlines leave no running request and no
   const expired = await Promise.all(Array.from({ length: 100 }, () => generate(clients().generation, long, { deadlineMs: 50 })));
   assert.deepEqual(new Set(expired.map((r) => r.status)), new Set([Status.DEADLINE_EXCEEDED]));
 
-  // The server sees each call end as the client's cancel, or as its own
-  // deadline when that passes first (it runs from when the call arrived). A
-  // handler counts its call when it returns, which (slow builds: sanitizers)
-  // may come a little after the engine freed the request, so wait for both.
+  // The server sees each cancelled call end as CANCELLED (the client cancels
+  // after the first message, so the handler ran), and a deadline as
+  // DEADLINE_EXCEEDED or CANCELLED — or not at all when the 50 ms ran out
+  // before the call reached a handler (slow builds: sanitizers). A handler
+  // counts its call when it returns, which may come a little after the
+  // engine freed the request, so wait for the counts too.
   const ended = (m, code) => m.sum('tqserve_api_requests_total', { protocol: 'grpc', route: 'Generate', code });
   const deadline = Date.now() + 5000;
   let m;
@@ -146,15 +148,14 @@ test('100 client cancels and 100 50 ms deadlines leave no running request and no
     m = await served.daemon.metrics();
     const idle = m.get('tqserve_num_requests_running') === 0 && m.get('tqserve_num_requests_waiting') === 0 &&
       m.get('tqserve_kv_cache_blocks_used') === 0;
-    const counted = ended(m, 'CANCELLED') + ended(m, 'DEADLINE_EXCEEDED') >= 200;
-    if ((idle && counted) || Date.now() > deadline) break;
+    if ((idle && ended(m, 'CANCELLED') >= 100) || Date.now() > deadline) break;
     await sleep(20);
   }
   assert.equal(m.get('tqserve_num_requests_running'), 0);
   assert.equal(m.get('tqserve_num_requests_waiting'), 0);
   assert.equal(m.get('tqserve_kv_cache_blocks_used'), 0);
-  assert.equal(ended(m, 'CANCELLED') + ended(m, 'DEADLINE_EXCEEDED'), 200);
   assert.ok(ended(m, 'CANCELLED') >= 100);
+  assert.ok(ended(m, 'CANCELLED') + ended(m, 'DEADLINE_EXCEEDED') <= 200);
 });
 
 test('GetServerInfo and ListModels describe the daemon', async () => {
