@@ -79,8 +79,7 @@ struct EngineClient::State {
 
 void EngineClient::State::Apply(Command& command) {
   if (auto* add = std::get_if<AddCommand>(&command)) {
-    const auto& live = core->scheduler().LiveRequestIds();
-    if (std::find(live.begin(), live.end(), add->request.request_id) != live.end()) {
+    if (core->scheduler().HasRequest(add->request.request_id)) {
       EngineOutput out;
       out.finish = FinishReason::kError;
       out.error = "duplicate request_id " + add->request.request_id;

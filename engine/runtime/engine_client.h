@@ -11,7 +11,6 @@
 
 namespace tq {
 
-class EngineCore;
 class Tokenizer;
 struct EngineOptions;
 struct ModelFiles;

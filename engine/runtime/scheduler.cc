@@ -20,7 +20,6 @@ struct Scheduler::Sequence {
   int32_t num_computed = 0;     // positions whose K/V are cached
   int32_t num_prompt_seen = 0;  // prompt tokens ever computed (survives preemption)
   BlockTable table;
-  bool running = false;
   bool known_to_runner = false;
   // Timings for metrics.
   Clock::time_point arrival, first_scheduled, first_token, last_token;
@@ -114,7 +113,6 @@ void Scheduler::Preempt(Sequence* seq, ScheduleOutput& out) {
   // Recompute later: the K/V of prompt + output so far are dropped.
   seq->table.Release(pool_);
   seq->num_computed = 0;
-  seq->running = false;
   std::erase(running_, seq);
   InsertSorted(waiting_, seq);
   out.preempted_ids.push_back(seq->id);
@@ -185,7 +183,6 @@ ScheduleOutput Scheduler::Schedule(Clock::time_point now) {
       const int32_t n = std::min(seq->num_tokens() - seq->num_computed, budget);
       if (!seq->table.EnsureCapacity(pool_, seq->num_computed + n)) break;
       waiting_.erase(waiting_.begin());
-      seq->running = true;
       running_.push_back(seq);
       ScheduleChunk(seq, n, out, now);
       budget -= n;

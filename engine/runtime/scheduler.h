@@ -83,6 +83,10 @@ class Scheduler {
   const SchedulerConfig& config() const { return config_; }
   /// Request ids of live (waiting or running) requests.
   std::vector<std::string> LiveRequestIds() const;
+  /// Whether `request_id` is live (waiting or running).
+  bool HasRequest(const std::string& request_id) const {
+    return by_request_id_.count(request_id) > 0;
+  }
 
  private:
   struct Sequence;

@@ -17,21 +17,19 @@ namespace {
 
 #ifdef __AVX512F__
 using Vec = v16f;
-constexpr int kLanes = 16;
-inline Vec LoadVec(const float* p) {
-  return Load16(p);
-}
-constexpr int kRowTile = 2;
 constexpr int kColTile = 8;
 #else
 using Vec = v8f;
-constexpr int kLanes = 8;
-inline Vec LoadVec(const float* p) {
-  return Load8(p);
-}
-constexpr int kRowTile = 2;
 constexpr int kColTile = 4;
 #endif
+constexpr int kRowTile = 2;
+constexpr int kLanes = sizeof(Vec) / sizeof(float);
+
+inline Vec LoadVec(const float* p) {
+  Vec v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
 
 // Computes the R x C tile out[r][c] = dot(x[r], w[c]) over k.
 template <int R, int C>

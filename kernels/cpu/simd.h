@@ -25,12 +25,6 @@ inline float HorizontalSum(v8f v) {
 /// build machines (docs/PERFORMANCE.md). Without AVX-512 it is two v8f.
 typedef float v16f __attribute__((vector_size(64)));
 
-inline v16f Load16(const float* p) {
-  v16f v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
 inline float HorizontalSum(v16f v) {
   const v8f lo = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
   const v8f hi = {v[8], v[9], v[10], v[11], v[12], v[13], v[14], v[15]};

@@ -99,7 +99,8 @@ TEST(GrpcLifecycle, HundredDeadlinesOf50msLeaveNothingRunning) {
   EXPECT_TRUE(WaitUntil([&] { return s.server->in_flight() == 0; }));
 }
 
-// Run only as a child process by DroppedConnectionAbortsTheRequest: opens a
+// Disabled because it is not a test on its own: KilledClientProcessAbortsTheRequest
+// runs it as a child process (--gtest_also_run_disabled_tests). It opens a
 // stream, reports on stdout once tokens flow, then waits to be killed.
 TEST(GrpcClientProcess, DISABLED_HoldStreamOpen) {
   const char* port = std::getenv("TQ_GRPC_TEST_PORT");
