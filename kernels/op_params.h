@@ -10,8 +10,17 @@
 
 namespace tq::kernels {
 
-/// Weight element formats a matmul can read.
-enum class WeightDtype : uint8_t { kF32 };
+/// Weight element formats a matmul (and, for the dense ones, an embedding) can
+/// read. Dense formats store w[out, in] row-major. The integer formats are
+/// group-wise weight-only quantization (as GPTQ/AWQ checkpoints, docs/quantization.md):
+/// each row is cut into groups of `group_size` consecutive input channels, and
+///   w[o, i] = scale[o, g] * (code[o, i] - zero[o, g]),  g = i / group_size,
+/// with codes unsigned in [0, 2^bits - 1]. Symmetric weights have no zeros
+/// array: zero is the fixed midpoint 2^(bits-1) (128 for int8, 8 for int4).
+///   kInt8: one uint8 code per weight, rows of in_features bytes.
+///   kInt4: two codes per byte, element 2j in the low nibble and 2j+1 in the
+///          high nibble, rows of in_features / 2 bytes.
+enum class WeightDtype : uint8_t { kF32, kF16, kBF16, kInt8, kInt4 };
 
 /// A linear layer's weight, Hugging Face layout: [out_features, in_features]
 /// row-major, so y = x · Wᵀ.
@@ -20,16 +29,24 @@ struct WeightView {
   WeightDtype dtype = WeightDtype::kF32;
   int32_t out_features = 0;
   int32_t in_features = 0;
+  // Integer formats only (kInt8, kInt4); group_size divides in_features and
+  // is even for kInt4.
+  const uint16_t* scales = nullptr;  // fp16 bits, [out_features, in_features / group_size]
+  const uint16_t* zeros =
+      nullptr;  // fp16 bits (integral code values), same shape; null = symmetric
+  int32_t group_size = 0;
 };
 
-/// out[t, :] = table[ids[t], :]; table [vocab, hidden].
+/// out[t, :] = table[ids[t], :] widened to fp32; table [vocab, hidden] in a
+/// dense format (kF32, kF16 or kBF16).
 struct EmbeddingParams {
   const int32_t* ids = nullptr;  // [num_tokens], each in [0, vocab)
-  const float* table = nullptr;  // [vocab, hidden]
+  const void* table = nullptr;   // [vocab, hidden], table_dtype elements
   float* out = nullptr;          // [num_tokens, hidden]
   int32_t num_tokens = 0;
   int32_t vocab = 0;
   int32_t hidden = 0;
+  WeightDtype table_dtype = WeightDtype::kF32;
 };
 
 /// out = x / sqrt(mean(x²) + eps) * weight, per row (Zhang & Sennrich 2019).

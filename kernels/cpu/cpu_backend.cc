@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <stdexcept>
 #include <thread>
 
 #include "kernels/backend.h"
@@ -39,9 +40,13 @@ class CpuBackend final : public Backend {
   }
 
   void Embedding(const EmbeddingParams& p) override {
+    if (p.table_dtype != WeightDtype::kF32) {
+      throw std::invalid_argument("cpu Embedding: only fp32 tables are implemented");
+    }
+    const float* table = static_cast<const float*>(p.table);
     for (int32_t t = 0; t < p.num_tokens; ++t) {
       std::memcpy(p.out + static_cast<size_t>(t) * p.hidden,
-                  p.table + static_cast<size_t>(p.ids[t]) * p.hidden, sizeof(float) * p.hidden);
+                  table + static_cast<size_t>(p.ids[t]) * p.hidden, sizeof(float) * p.hidden);
     }
   }
 
@@ -58,7 +63,12 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void MatMul(const MatMulParams& p) override { cpu::MatMul(p, pool_); }
+  void MatMul(const MatMulParams& p) override {
+    if (p.w.dtype != WeightDtype::kF32) {
+      throw std::invalid_argument("cpu MatMul: only fp32 weights are implemented");
+    }
+    cpu::MatMul(p, pool_);
+  }
 
   void Rope(const RopeParams& p) override {
     const int32_t half = p.head_dim / 2;
