@@ -45,8 +45,8 @@ EngineInfo DescribeEngine(const EngineOptions& options, const LoadedModel& m) {
   info.max_num_seqs = options.max_num_seqs;
   info.max_num_batched_tokens = options.max_num_batched_tokens;
   info.vocab_size = m.files.config.vocab_size;
-  info.weight_bytes["fp32"] =
-      m.model->weights().total_bytes;  // widened at load (see llama_weights.h)
+  info.weight_bytes = m.model->weights().BytesByPrecision();
+  info.weights_summary = m.model->weights().MemorySummary();
   info.kv_calibration_source = m.kv_calibration_source;
   info.device = "cpu";
   return info;

@@ -34,6 +34,8 @@ struct EngineOptions {
   std::string kv_calibration_text;   // text file to calibrate on; "" = built-in text
   std::string kv_calibration_stats;  // JSON: loaded when it exists, else written after calibrating
   int32_t kv_sink_tokens = 0;        // tq: first N positions also kept exact (attention sink)
+  // Weight quantization config (JSON, docs/quantization.md); "" = weights as stored.
+  std::string quantization_config;
 };
 
 /// Why generation stopped (OpenAI finish_reason): "stop" (EOS or a stop

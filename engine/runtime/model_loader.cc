@@ -6,11 +6,13 @@
 #include <fstream>
 #include <iterator>
 #include <new>
+#include <optional>
 #include <string>
 
 #include "engine/common/error.h"
 #include "engine/kv/kv_calibration.h"
 #include "engine/model/llama_weights.h"
+#include "engine/quant/quant_config.h"
 
 namespace tq {
 namespace {
@@ -42,7 +44,7 @@ std::string ModelFingerprint(const LoadedModel& m) {
   };
   const int32_t shape[] = {c.num_hidden_layers, c.num_key_value_heads, c.head_dim, c.hidden_size};
   mix(shape, sizeof(shape));
-  const kernels::BackendBuffer& k_proj = m.model->weights().layers.at(0).k_proj;
+  const kernels::BackendBuffer& k_proj = m.model->weights().layers.at(0).k_proj.data;
   std::vector<uint8_t> host(k_proj.bytes());
   m.backend->CopyToHost(host.data(), k_proj.data(), host.size());
   mix(host.data(), host.size());
@@ -170,8 +172,14 @@ LoadedModel LoadModel(const EngineOptions& options) {
   m.max_model_len = options.max_model_len > 0 ? options.max_model_len : c.MaxContext();
   m.tokenizer = Tokenizer::Load(options.model_dir, m.files.tokenizer);
   m.backend = kernels::CreateCpuBackend(options.num_threads);
-  m.model = std::make_unique<LlamaModel>(c, LoadLlamaWeights(options.model_dir, c, m.backend.get()),
-                                         m.backend.get());
+  std::optional<quant::QuantConfig> quant_config;
+  WeightLoadOptions weight_options;
+  if (!options.quantization_config.empty()) {
+    quant_config = quant::QuantConfig::Load(options.quantization_config);
+    weight_options.quant = &*quant_config;
+  }
+  m.model = std::make_unique<LlamaModel>(
+      c, LoadLlamaWeights(options.model_dir, c, m.backend.get(), weight_options), m.backend.get());
 
   kernels::KvLayout layout;
   layout.dtype = options.kv_cache_dtype;
