@@ -63,11 +63,26 @@ class CpuBackend final : public Backend {
     });
   }
 
+  WeightView PrepareWeight(const WeightView& w, BackendBuffer* storage) override {
+    if (w.dtype != WeightDtype::kF32) return w;
+    *storage = BackendBuffer(this, cpu::F32PanelsBytes(w.out_features, w.in_features));
+    cpu::PackF32Panels(static_cast<const float*>(w.data), w.out_features, w.in_features,
+                       storage->as<float>());
+    WeightView packed = w;
+    packed.data = storage->data();
+    packed.dtype = WeightDtype::kF32Panels;
+    return packed;
+  }
+
   void MatMul(const MatMulParams& p) override {
-    if (p.w.dtype != WeightDtype::kF32) {
-      throw std::invalid_argument("cpu MatMul: only fp32 weights are implemented");
+    switch (p.w.dtype) {
+      case WeightDtype::kF32:
+        return cpu::MatMul(p, pool_);
+      case WeightDtype::kF32Panels:
+        return cpu::MatMulF32Panels(p, pool_);
+      default:
+        throw std::invalid_argument("cpu MatMul: only fp32 weights are implemented");
     }
-    cpu::MatMul(p, pool_);
   }
 
   void Rope(const RopeParams& p) override {
