@@ -11,6 +11,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/weight_decode.h"
 #include "kernels/half.h"
 
 namespace tq::kernels {
@@ -39,16 +40,7 @@ class CpuBackend final : public Backend {
     std::memcpy(dst, src, bytes);
   }
 
-  void Embedding(const EmbeddingParams& p) override {
-    if (p.table_dtype != WeightDtype::kF32) {
-      throw std::invalid_argument("cpu Embedding: only fp32 tables are implemented");
-    }
-    const float* table = static_cast<const float*>(p.table);
-    for (int32_t t = 0; t < p.num_tokens; ++t) {
-      std::memcpy(p.out + static_cast<size_t>(t) * p.hidden,
-                  table + static_cast<size_t>(p.ids[t]) * p.hidden, sizeof(float) * p.hidden);
-    }
-  }
+  void Embedding(const EmbeddingParams& p) override { cpu::Embedding(p, pool_); }
 
   void RmsNorm(const RmsNormParams& p) override {
     pool_.ParallelFor(p.rows, 16, [&](int64_t begin, int64_t end) {
@@ -75,13 +67,14 @@ class CpuBackend final : public Backend {
   }
 
   void MatMul(const MatMulParams& p) override {
+    cpu::ValidateWeightView(p.w, "cpu MatMul");
     switch (p.w.dtype) {
       case WeightDtype::kF32:
         return cpu::MatMul(p, pool_);
       case WeightDtype::kF32Panels:
         return cpu::MatMulF32Panels(p, pool_);
       default:
-        throw std::invalid_argument("cpu MatMul: only fp32 weights are implemented");
+        return cpu::MatMulPacked(p, pool_);
     }
   }
 
