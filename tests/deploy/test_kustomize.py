@@ -138,6 +138,7 @@ class OverlayTest(unittest.TestCase):
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
         probes = {k: c[k] for k in ("startupProbe", "readinessProbe", "livenessProbe")}
         http_paths = set()
+        grpc_probe = False
         for kind, probe in probes.items():
             if "httpGet" in probe:
                 port = probe["httpGet"]["port"]
@@ -147,6 +148,8 @@ class OverlayTest(unittest.TestCase):
                 # grpc.health.v1 on the gRPC port (docs/grpc.md).
                 self.assertEqual(probe["grpc"]["port"], int(flags["--grpc-port"]), f"{kind} port")
                 self.assertNotEqual(int(flags["--grpc-port"]), 0)
+                self.assertNotIn("service", probe["grpc"])  # the server's overall status
+                grpc_probe = True
         # Ready and started mean loaded: /health (or gRPC health); liveness
         # must not be /health, which is 503 while draining.
         for kind in ("startupProbe", "readinessProbe"):
@@ -169,10 +172,12 @@ class OverlayTest(unittest.TestCase):
             run = dict(flags, **{"--config": path, "--model": env("TQSERVE_MODEL")})
             if "--tensor-parallel-size" not in self.help_flags:
                 run.pop("--tensor-parallel-size", None)
-            with Daemon(run) as d:
+            with Daemon(run, grpc=grpc_probe) as d:
                 for p in sorted(http_paths):
                     status, body = d.get(p)
                     self.assertEqual(status, 200, f"overlays/{overlay}: GET {p}: {body}")
+                if grpc_probe:
+                    self.assertEqual(d.grpc_health(), "SERVING", f"overlays/{overlay}")
 
 
 class ExtrasTest(unittest.TestCase):
