@@ -10,10 +10,15 @@ TQ_KUBECTLS: colon-separated kubectl binaries to render with (default:
 `kubectl` on PATH); each must give the same objects.
 """
 
+import json
 import os
+import re
 import shutil
+import signal
+import socket
 import subprocess
 import tempfile
+import time
 import unittest
 
 import yaml
@@ -178,6 +183,42 @@ class OverlayTest(unittest.TestCase):
                     self.assertEqual(status, 200, f"overlays/{overlay}: GET {p}: {body}")
                 if grpc_probe:
                     self.assertEqual(d.grpc_health(), "SERVING", f"overlays/{overlay}")
+
+
+class DrainTest(unittest.TestCase):
+    """While the daemon drains after SIGTERM (what the kubelet sends), the
+    readiness/startup path fails and the liveness path keeps answering 200:
+    a draining pod leaves the Service but is not killed before its requests
+    finish."""
+
+    def test_liveness_passes_while_draining(self):
+        objs = render(os.path.join(K8S, "overlays/cpu"), kubectls()[0])
+        (c,) = by_kind(objs, "Deployment")["spec"]["template"]["spec"]["containers"]
+        live = c["livenessProbe"]["httpGet"]["path"]
+        ready = c["readinessProbe"]["httpGet"]["path"]
+        # A request that stays in flight while this test does not read its
+        # stream: 128 choices x 500 tokens with logprobs are far more
+        # SSE bytes than the loopback socket buffers hold.
+        body = json.dumps({"prompt": "Once upon a time", "max_tokens": 500, "n": 128, "stream": True,
+                           "logprobs": 5, "ignore_eos": True})
+        with Daemon({"--model": env("TQSERVE_MODEL"), "--shutdown-timeout": "60"}) as d:
+            with socket.create_connection(("127.0.0.1", d.port)) as sock:
+                sock.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: tqserve\r\nContent-Type: application/json\r\n"
+                              f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
+                deadline = time.monotonic() + 60
+                running = re.compile(r"^tqserve_num_requests_running\{[^}]*\} ([1-9]\d*)$", re.M)
+                while not running.search(d.get("/metrics")[1]):
+                    self.assertLess(time.monotonic(), deadline, "the request never ran")
+                    time.sleep(0.05)
+                d.proc.send_signal(signal.SIGTERM)
+                while d.get(ready)[0] != 503:
+                    self.assertLess(time.monotonic(), deadline, f"{ready} never turned 503 after SIGTERM")
+                    time.sleep(0.05)
+                self.assertIn("draining", d.get(ready)[1])
+                self.assertIsNone(d.proc.poll())
+                self.assertEqual(d.get(live)[0], 200)
+            # Closing the connection aborts the request; the drain ends and
+            # the daemon exits 0 (checked when the Daemon context exits).
 
 
 class ExtrasTest(unittest.TestCase):
