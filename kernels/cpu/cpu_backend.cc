@@ -59,6 +59,8 @@ class CpuBackend final : public Backend {
     cpu::ValidateWeightView(p.w, "cpu MatMul");
     if (p.w.dtype == WeightDtype::kF32) {
       cpu::MatMul(p, pool_);
+    } else if (cpu::GemvSupported(p)) {
+      cpu::Gemv(p, pool_);
     } else {
       cpu::MatMulPacked(p, pool_);
     }
