@@ -91,6 +91,39 @@ inline Vec LoadCodes(const uint8_t* row, int64_t i) {
 #endif
 }
 
+#if defined(__AVX512F__)
+// int4 on AVX-512: a group of one row has only 16 distinct weights, so the
+// kernel builds the table t[j] = (float(j) - zero) * scale once per group
+// (the very values the decoder computes) and looks codes up with one vpermps,
+// which reads only the low 4 bits of each index lane: no conversion, shift
+// or multiply per weight.
+constexpr bool kInt4Table = true;
+
+inline Vec Int4Table(float scale, float zero) {
+  const Vec iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  return (iota - zero) * scale;
+}
+
+// Weights [i, i + 16) of an int4 row through its group's table.
+inline Vec LookupInt4(const uint8_t* row, int64_t i, Vec table) {
+  const __m128i packed = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + i / 2));
+  // Byte m twice, in dword lanes 2m and 2m + 1; the odd lane shifts its high
+  // nibble down. Bits above the nibble are ignored by the permute.
+  const __m512i lanes = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(packed, packed));
+  const __m512i shifts = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+  return reinterpret_cast<Vec>(
+      _mm512_permutexvar_ps(_mm512_srlv_epi32(lanes, shifts), reinterpret_cast<__m512>(table)));
+}
+#else
+constexpr bool kInt4Table = false;
+inline Vec Int4Table(float, float) {
+  return Vec{};
+}
+inline Vec LookupInt4(const uint8_t*, int64_t, Vec) {
+  return Vec{};
+}
+#endif
+
 // out[col + c] for c < C (one row of x).
 template <WeightDtype D, int C>
 inline void GemvTile(const MatMulParams& p, int64_t col) {
@@ -108,8 +141,21 @@ inline void GemvTile(const MatMulParams& p, int64_t col) {
     Vec scale[C], zero[C];
     for (int c = 0; c < C; ++c) {
       const int64_t q = (col + c) * groups + g;
-      scale[c] = Vec{} + HalfBitsToFloat(p.w.scales[q]);
-      zero[c] = Vec{} + (p.w.zeros ? HalfBitsToFloat(p.w.zeros[q]) : midpoint);
+      const float s = HalfBitsToFloat(p.w.scales[q]);
+      const float z = p.w.zeros ? HalfBitsToFloat(p.w.zeros[q]) : midpoint;
+      if constexpr (D == WeightDtype::kInt4 && kInt4Table) {
+        scale[c] = Int4Table(s, z);  // the table; zero[] unused
+      } else {
+        scale[c] = Vec{} + s;
+        zero[c] = Vec{} + z;
+      }
+    }
+    if constexpr (D == WeightDtype::kInt4 && kInt4Table) {
+      for (int64_t i = g * gs; i < (g + 1) * gs; i += kLanes) {
+        const Vec xv = LoadVec(p.x + i);
+        for (int c = 0; c < C; ++c) acc[c] += xv * LookupInt4(rows[c], i, scale[c]);
+      }
+      continue;
     }
     for (int64_t i = g * gs; i < (g + 1) * gs; i += kLanes) {
       const Vec xv = LoadVec(p.x + i);
