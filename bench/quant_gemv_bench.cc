@@ -5,7 +5,7 @@
 //
 //   tq_bench_quant_gemv [--shapes 4096x4096,4096x11008,11008x4096] [--rows 1,16]
 //                       [--threads 1,2] [--repeats 31] [--group-size 128]
-//                       [--formats fp32,f16,bf16,int8,int8a,int4,int4a]
+//                       [--formats fp32,fp32p,f16,bf16,int8,int8a,int4,int4a]
 //                       [--warm-cache]
 //
 // A shape is out_features x in_features (W is [out, in]; 4096x11008 is
@@ -52,17 +52,19 @@ struct Format {
   bool asymmetric;
 };
 
+// fp32p: fp32 repacked by the CPU backend's PrepareWeight (kF32Panels), what
+// the engine runs for fp32 weights; "x fp32" is always relative to plain fp32.
 const Format kAllFormats[] = {
-    {"fp32", WeightDtype::kF32, false},  {"f16", WeightDtype::kF16, false},
-    {"bf16", WeightDtype::kBF16, false}, {"int8", WeightDtype::kInt8, false},
-    {"int8a", WeightDtype::kInt8, true}, {"int4", WeightDtype::kInt4, false},
-    {"int4a", WeightDtype::kInt4, true}};
+    {"fp32", WeightDtype::kF32, false},  {"fp32p", WeightDtype::kF32Panels, false},
+    {"f16", WeightDtype::kF16, false},   {"bf16", WeightDtype::kBF16, false},
+    {"int8", WeightDtype::kInt8, false}, {"int8a", WeightDtype::kInt8, true},
+    {"int4", WeightDtype::kInt4, false}, {"int4a", WeightDtype::kInt4, true}};
 
 struct Args {
   std::vector<std::pair<int, int>> shapes = {{4096, 4096}, {4096, 11008}, {11008, 4096}};
   std::vector<int> rows = {1, 16};
   std::vector<int> threads = {1, 2};
-  std::vector<std::string> formats = {"fp32", "f16", "int8", "int8a", "int4", "int4a"};
+  std::vector<std::string> formats = {"fp32", "fp32p", "f16", "int8", "int8a", "int4", "int4a"};
   int repeats = 31;
   int group_size = 128;
   bool warm_cache = false;
@@ -116,7 +118,8 @@ struct Weight {
   std::vector<uint8_t> data;
   std::vector<uint16_t> scales, zeros;
   tq::kernels::WeightView view;
-  size_t bytes = 0;  // what one matmul reads
+  tq::kernels::BackendBuffer storage;  // kF32Panels copy
+  size_t bytes = 0;                    // what one matmul reads
 };
 
 Weight MakeWeight(const Format& f, int out, int in, int group_size, std::mt19937& rng) {
@@ -124,7 +127,8 @@ Weight MakeWeight(const Format& f, int out, int in, int group_size, std::mt19937
   const size_t n = static_cast<size_t>(out) * in;
   std::uniform_int_distribution<int> byte(0, 255);
   switch (f.dtype) {
-    case WeightDtype::kF32: {
+    case WeightDtype::kF32:
+    case WeightDtype::kF32Panels: {  // packed by the caller
       std::normal_distribution<float> d(0.0f, 0.02f);
       w.data.resize(n * 4);
       for (size_t i = 0; i < n; ++i) {
@@ -161,7 +165,7 @@ Weight MakeWeight(const Format& f, int out, int in, int group_size, std::mt19937
     }
   }
   w.view.data = w.data.data();
-  w.view.dtype = f.dtype;
+  w.view.dtype = f.dtype == WeightDtype::kF32Panels ? WeightDtype::kF32 : f.dtype;
   w.view.out_features = out;
   w.view.in_features = in;
   w.view.scales = w.scales.empty() ? nullptr : w.scales.data();
@@ -218,7 +222,15 @@ int Run(const Args& a) {
               "format", "us/call", "MB read", "GB/s", "cpu us", "x fp32", "cpu x");
   for (const auto& [out, in] : a.shapes) {
     std::vector<Weight> weights;
-    for (const auto& f : formats) weights.push_back(MakeWeight(f, out, in, a.group_size, rng));
+    for (const auto& f : formats) {
+      weights.push_back(MakeWeight(f, out, in, a.group_size, rng));
+      if (f.dtype == WeightDtype::kF32Panels) {
+        Weight& w = weights.back();
+        w.view = backends[0]->PrepareWeight(w.view, &w.storage);
+        w.data.clear();
+        w.data.shrink_to_fit();
+      }
+    }
     const int max_rows = *std::max_element(a.rows.begin(), a.rows.end());
     std::vector<float> x(static_cast<size_t>(max_rows) * in, 0.5f);
     std::vector<float> y(static_cast<size_t>(max_rows) * out);

@@ -55,14 +55,27 @@ class CpuBackend final : public Backend {
     });
   }
 
+  WeightView PrepareWeight(const WeightView& w, BackendBuffer* storage) override {
+    if (w.dtype != WeightDtype::kF32) return w;
+    *storage = BackendBuffer(this, cpu::F32PanelsBytes(w.out_features, w.in_features));
+    cpu::PackF32Panels(static_cast<const float*>(w.data), w.out_features, w.in_features,
+                       storage->as<float>());
+    WeightView packed = w;
+    packed.data = storage->data();
+    packed.dtype = WeightDtype::kF32Panels;
+    return packed;
+  }
+
   void MatMul(const MatMulParams& p) override {
     cpu::ValidateWeightView(p.w, "cpu MatMul");
-    if (p.w.dtype == WeightDtype::kF32) {
-      cpu::MatMul(p, pool_);
-    } else if (cpu::GemvSupported(p)) {
-      cpu::Gemv(p, pool_);
-    } else {
-      cpu::MatMulPacked(p, pool_);
+    switch (p.w.dtype) {
+      case WeightDtype::kF32:
+        return cpu::MatMul(p, pool_);
+      case WeightDtype::kF32Panels:
+        return cpu::MatMulF32Panels(p, pool_);
+      default:
+        if (cpu::GemvSupported(p)) return cpu::Gemv(p, pool_);
+        return cpu::MatMulPacked(p, pool_);
     }
   }
 

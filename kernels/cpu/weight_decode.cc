@@ -116,6 +116,8 @@ std::string WeightDtypeName(WeightDtype dtype) {
       return "int8";
     case WeightDtype::kInt4:
       return "int4";
+    case WeightDtype::kF32Panels:
+      return "f32 panels";
   }
   return "unknown(" + std::to_string(static_cast<int>(dtype)) + ")";
 }
@@ -131,6 +133,7 @@ void ValidateWeightView(const WeightView& w, const char* op) {
     case WeightDtype::kF32:
     case WeightDtype::kF16:
     case WeightDtype::kBF16:
+    case WeightDtype::kF32Panels:
       return;
     case WeightDtype::kInt8:
     case WeightDtype::kInt4:
@@ -161,6 +164,12 @@ void DecodeWeightRow(const WeightView& w, int64_t o, float* dst) {
     case WeightDtype::kBF16:
       DecodeBf16(static_cast<const uint16_t*>(w.data) + o * k, k, dst);
       return;
+    case WeightDtype::kF32Panels: {
+      const float* panel =
+          static_cast<const float*>(w.data) + o / kF32PanelCols * kF32PanelCols * k;
+      for (int64_t i = 0; i < k; ++i) dst[i] = panel[i * kF32PanelCols + o % kF32PanelCols];
+      return;
+    }
     case WeightDtype::kInt8:
     case WeightDtype::kInt4:
       break;
