@@ -74,6 +74,7 @@ class CpuBackend final : public Backend {
       case WeightDtype::kF32Panels:
         return cpu::MatMulF32Panels(p, pool_);
       default:
+        if (cpu::GemvSupported(p)) return cpu::Gemv(p, pool_);
         return cpu::MatMulPacked(p, pool_);
     }
   }

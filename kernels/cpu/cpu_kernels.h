@@ -26,6 +26,15 @@ void MatMulF32Panels(const MatMulParams& p, ThreadPool& pool);
 /// gives the same bits as MatMul on the dequantized weights.
 void MatMulPacked(const MatMulParams& p, ThreadPool& pool);
 
+/// Whether Gemv handles p: one row of x and f16/bf16 weights, or int8/int4
+/// weights whose groups are whole SIMD chunks (group_size a multiple of 16 on
+/// AVX-512 builds, of 8 otherwise).
+bool GemvSupported(const MatMulParams& p);
+
+/// The decode GEMV for packed weights, decoding into registers; same bits as
+/// MatMulPacked. Requires GemvSupported(p).
+void Gemv(const MatMulParams& p, ThreadPool& pool);
+
 /// out[t] = table[ids[t]] widened to fp32, for f32, f16 and bf16 tables;
 /// throws std::invalid_argument for an id outside [0, vocab) or another dtype.
 void Embedding(const EmbeddingParams& p, ThreadPool& pool);

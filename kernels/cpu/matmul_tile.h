@@ -34,6 +34,14 @@ inline Vec LoadVec(const float* p) {
   return v;
 }
 
+/// Adds x[j] * w[j] for j < n to sum, serially: the k % kLanes tail of
+/// every dot product. Every kernel calls this one function, so the
+/// compiler's multiply-add contraction treats every tail alike.
+inline float DotTail(const float* x, const float* w, int64_t n, float sum) {
+  for (int64_t j = 0; j < n; ++j) sum += x[j] * w[j];
+  return sum;
+}
+
 /// Computes the R x C tile out[r][c] = dot(x[r], w[c]) over k, in the order
 /// described above.
 template <int R, int C>
@@ -52,9 +60,7 @@ inline void DotTile(const float* const* x, const float* const* w, int64_t k, flo
   }
   for (int r = 0; r < R; ++r) {
     for (int c = 0; c < C; ++c) {
-      float sum = HorizontalSum(acc[r][c]);
-      for (int64_t j = i; j < k; ++j) sum += x[r][j] * w[c][j];
-      out[r][c] = sum;
+      out[r][c] = DotTail(x[r] + i, w[c] + i, k - i, HorizontalSum(acc[r][c]));
     }
   }
 }

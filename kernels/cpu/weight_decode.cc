@@ -6,21 +6,14 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "kernels/cpu/x86_intrin.h"  // first: see there
 #include "kernels/half.h"
-
-#if defined(__F16C__) || defined(__AVX512F__)
-#include <immintrin.h>
-#endif
 
 namespace tq::kernels::cpu {
 namespace {
 
-typedef uint8_t v16u8 __attribute__((vector_size(16)));
-typedef uint8_t v32u8 __attribute__((vector_size(32)));
 typedef uint16_t v16u16 __attribute__((vector_size(32)));
 typedef uint32_t v16u32 __attribute__((vector_size(64)));
-typedef float v16f32 __attribute__((vector_size(64)));
-
 template <typename V>
 inline V LoadU(const void* p) {
   V v;
@@ -32,9 +25,8 @@ void DecodeF16(const uint16_t* src, int64_t k, float* dst) {
   int64_t i = 0;
 #if defined(__AVX512F__)
   for (; i + 16 <= k; i += 16) {
-    // maskz form: GCC 12's _mm512_cvtph_ps trips -Wmaybe-uninitialized.
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-    _mm512_storeu_ps(dst + i, _mm512_maskz_cvtph_ps(0xffff, h));
+    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(h));
   }
 #elif defined(__F16C__)
   for (; i + 8 <= k; i += 8) {
@@ -54,13 +46,31 @@ void DecodeBf16(const uint16_t* src, int64_t k, float* dst) {
   for (; i < k; ++i) dst[i] = Bf16ToFloat(src[i]);
 }
 
+// 16 codes (one per byte, or interleaved nibbles already split into bytes)
+// -> dst[0..16) = (float(code) - zero) * scale. The intrinsic paths compute
+// exactly what the scalar path computes, lane by lane.
+inline void Dequantize16(const uint8_t* codes, float scale, float zero, float* dst) {
+#if defined(__AVX512F__)
+  const __m512 f = _mm512_cvtepi32_ps(
+      _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes))));
+  _mm512_storeu_ps(dst,
+                   _mm512_mul_ps(_mm512_sub_ps(f, _mm512_set1_ps(zero)), _mm512_set1_ps(scale)));
+#elif defined(__AVX2__)
+  for (int h = 0; h < 16; h += 8) {
+    const __m256 f = _mm256_cvtepi32_ps(
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + h))));
+    _mm256_storeu_ps(dst + h,
+                     _mm256_mul_ps(_mm256_sub_ps(f, _mm256_set1_ps(zero)), _mm256_set1_ps(scale)));
+  }
+#else
+  for (int j = 0; j < 16; ++j) dst[j] = (static_cast<float>(codes[j]) - zero) * scale;
+#endif
+}
+
 // One group of int8 codes: dst[j] = (float(code[j]) - zero) * scale.
 void DecodeInt8Group(const uint8_t* codes, int64_t n, float scale, float zero, float* dst) {
   int64_t j = 0;
-  for (; j + 16 <= n; j += 16) {
-    const v16f32 v = (__builtin_convertvector(LoadU<v16u8>(codes + j), v16f32) - zero) * scale;
-    std::memcpy(dst + j, &v, sizeof(v));
-  }
+  for (; j + 16 <= n; j += 16) Dequantize16(codes + j, scale, zero, dst + j);
   for (; j < n; ++j) dst[j] = (static_cast<float>(codes[j]) - zero) * scale;
 }
 
@@ -68,20 +78,22 @@ void DecodeInt8Group(const uint8_t* codes, int64_t n, float scale, float zero, f
 void DecodeInt4Group(const uint8_t* bytes, int64_t n, float scale, float zero, float* dst) {
   int64_t j = 0;
   for (; j + 32 <= n; j += 32) {
-    const v16u8 b = LoadU<v16u8>(bytes + j / 2);
-    const v16u8 lo = b & 0x0f;
-    const v16u8 hi = b >> 4;
-    const v32u8 codes =
-        __builtin_shufflevector(lo, hi, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23, 8,
-                                24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-    const v16u8 first =
-        __builtin_shufflevector(codes, codes, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const v16u8 second = __builtin_shufflevector(codes, codes, 16, 17, 18, 19, 20, 21, 22, 23, 24,
-                                                 25, 26, 27, 28, 29, 30, 31);
-    const v16f32 a = (__builtin_convertvector(first, v16f32) - zero) * scale;
-    const v16f32 c = (__builtin_convertvector(second, v16f32) - zero) * scale;
-    std::memcpy(dst + j, &a, sizeof(a));
-    std::memcpy(dst + j + 16, &c, sizeof(c));
+    alignas(16) uint8_t codes[32];
+#if defined(__SSE2__)
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + j / 2));
+    const __m128i mask = _mm_set1_epi8(0x0f);
+    const __m128i lo = _mm_and_si128(b, mask);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
+    _mm_store_si128(reinterpret_cast<__m128i*>(codes), _mm_unpacklo_epi8(lo, hi));
+    _mm_store_si128(reinterpret_cast<__m128i*>(codes + 16), _mm_unpackhi_epi8(lo, hi));
+#else
+    for (int m = 0; m < 16; ++m) {
+      codes[2 * m] = bytes[j / 2 + m] & 0x0f;
+      codes[2 * m + 1] = bytes[j / 2 + m] >> 4;
+    }
+#endif
+    Dequantize16(codes, scale, zero, dst + j);
+    Dequantize16(codes + 16, scale, zero, dst + j + 16);
   }
   for (; j < n; j += 2) {
     const uint8_t b = bytes[j / 2];
