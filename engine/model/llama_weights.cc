@@ -22,51 +22,112 @@ WeightDtype Dense16(TensorDtype src) {
   return src == TensorDtype::kBF16 ? WeightDtype::kBF16 : WeightDtype::kF16;
 }
 
+// A rectangle of a 2-D tensor [rows, cols] (a 1-D tensor is one row): one
+// tensor-parallel rank's slice.
+struct Slice {
+  int64_t row0 = 0, rows = -1;  // -1: all
+  int64_t col0 = 0, cols = -1;
+  int64_t out_rows = -1;  // rows of the buffer (>= rows; the rest zero); -1: rows
+};
+
+// The elements [begin, begin + count) of t as a TensorInfo of their own.
+TensorInfo Part(const TensorInfo& t, int64_t begin, int64_t count) {
+  const size_t esize = TensorDtypeBytes(t.dtype);
+  TensorInfo part = t;
+  part.shape = {count};
+  part.data = t.data + static_cast<size_t>(begin) * esize;
+  part.nbytes = static_cast<size_t>(count) * esize;
+  return part;
+}
+
 class Loader {
  public:
   Loader(const std::string& dir, kernels::Backend* backend) : ckpt_(dir), backend_(backend) {}
 
   // An fp32 vector (norms).
   kernels::BackendBuffer Vector(const std::string& name, int64_t n) {
-    LinearWeight w = Convert(ckpt_.Require(name, {n}), 1, n, WeightDtype::kF32);
+    LinearWeight w = Dense(name, {n}, {}, WeightDtype::kF32);
     return std::move(w.data);
   }
 
-  // A dense [out, in] tensor converted to `target` (kF32, kF16 or kBF16).
-  LinearWeight Dense(const std::string& name, int64_t out, int64_t in, WeightDtype target) {
-    return Convert(ckpt_.Require(name, {out, in}), out, in, target);
-  }
-
-  // Quantizes a dense [out, in] tensor a chunk of rows at a time.
-  LinearWeight Quantize(const std::string& name, int64_t out, int64_t in,
-                        const quant::QuantFormat& f) {
-    const TensorInfo& t = ckpt_.Require(name, {out, in});
-    LinearWeight w = Quantized(out, in, f);
-    const int64_t code_bytes = quant::CodeBytesPerRow(f, static_cast<int32_t>(in));
-    const int64_t groups = in / f.group_size;
-    quant::QuantizeTensor(
-        t, f,
-        [&](int64_t r0, int64_t rows, const uint8_t* codes, const uint16_t* scales,
-            const uint16_t* zeros) {
-          backend_->CopyToDevice(w.data.as<uint8_t>() + r0 * code_bytes, codes,
-                                 static_cast<size_t>(rows * code_bytes));
-          const auto bytes = static_cast<size_t>(rows * groups * 2);
-          backend_->CopyToDevice(w.scales.as<uint16_t>() + r0 * groups, scales, bytes);
-          if (zeros) {
-            backend_->CopyToDevice(w.zeros.as<uint16_t>() + r0 * groups, zeros, bytes);
-          }
-        });
+  // The slice s of a dense tensor of `shape`, converted to `target` (kF32,
+  // kF16 or kBF16) a contiguous run (whole rows, or one row's columns) at a time.
+  LinearWeight Dense(const std::string& name, const std::vector<int64_t>& shape, const Slice& s,
+                     WeightDtype target) {
+    const TensorInfo& t = ckpt_.Require(name, shape);
+    const int64_t full_cols = shape.size() == 2 ? shape[1] : shape[0];
+    const int64_t full_rows = shape.size() == 2 ? shape[0] : 1;
+    const int64_t rows = s.rows < 0 ? full_rows : s.rows;
+    const int64_t cols = s.cols < 0 ? full_cols : s.cols;
+    LinearWeight w = Empty(std::max(rows, s.out_rows), cols, target);
+    const size_t esize = target == WeightDtype::kF32 ? 4 : 2;
+    w.data = kernels::BackendBuffer(backend_, static_cast<size_t>(w.num_params()) * esize);
+    const bool whole_rows = cols == full_cols;
+    const int64_t run = whole_rows ? rows * cols : cols;
+    for (int64_t r = 0; r < (whole_rows ? 1 : rows); ++r) {
+      const int64_t first = (s.row0 + r) * full_cols + s.col0;
+      uint8_t* dst = w.data.as<uint8_t>() + static_cast<size_t>(r * cols) * esize;
+      quant::ConvertTensor(Part(t, first, run), target,
+                           [&](int64_t begin, int64_t count, const void* bytes) {
+                             backend_->CopyToDevice(dst + static_cast<size_t>(begin) * esize, bytes,
+                                                    static_cast<size_t>(count) * esize);
+                           });
+    }
     return w;
   }
 
-  // A module stored quantized by `tqserve quantize`: copied as is.
-  LinearWeight Stored(const std::string& module, int64_t out, int64_t in,
+  // Quantizes the slice s of a dense [out, in] tensor a chunk of rows at a time.
+  LinearWeight Quantize(const std::string& name, int64_t out, int64_t in, const Slice& s,
+                        const quant::QuantFormat& f) {
+    const TensorInfo& t = ckpt_.Require(name, {out, in});
+    const int64_t rows = s.rows < 0 ? out : s.rows;
+    const int64_t cols = s.cols < 0 ? in : s.cols;
+    CheckSliceGroups(name, s, cols, f);
+    LinearWeight w = Quantized(rows, cols, f);
+    const int64_t code_bytes = quant::CodeBytesPerRow(f, static_cast<int32_t>(cols));
+    const int64_t groups = cols / f.group_size;
+    auto store = [&](int64_t r0, int64_t n, const uint8_t* codes, const uint16_t* scales,
+                     const uint16_t* zeros) {
+      backend_->CopyToDevice(w.data.as<uint8_t>() + r0 * code_bytes, codes,
+                             static_cast<size_t>(n * code_bytes));
+      const auto bytes = static_cast<size_t>(n * groups * 2);
+      backend_->CopyToDevice(w.scales.as<uint16_t>() + r0 * groups, scales, bytes);
+      if (zeros) backend_->CopyToDevice(w.zeros.as<uint16_t>() + r0 * groups, zeros, bytes);
+    };
+    if (cols == in) {  // whole rows: one contiguous [rows, in] matrix
+      TensorInfo part = Part(t, s.row0 * in, rows * in);
+      part.shape = {rows, in};
+      quant::QuantizeTensor(part, f, store);
+      return w;
+    }
+    // A column slice: gather each row's segment, then quantize it as a row.
+    std::vector<float> row;
+    std::vector<uint8_t> codes(static_cast<size_t>(code_bytes));
+    std::vector<uint16_t> scales(static_cast<size_t>(groups)), zeros(scales.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      quant::ReadFloatRange(t, (s.row0 + r) * in + s.col0, cols, &row);
+      try {
+        quant::QuantizeRows(row.data(), 1, static_cast<int32_t>(cols), f, codes.data(),
+                            scales.data(), zeros.data());
+      } catch (const Error& e) {
+        throw Error(t.file + ": tensor " + name + ": " + e.what());
+      }
+      store(r, 1, codes.data(), scales.data(), f.symmetric ? nullptr : zeros.data());
+    }
+    return w;
+  }
+
+  // The slice s of a module stored quantized by `tqserve quantize`.
+  LinearWeight Stored(const std::string& module, int64_t out, int64_t in, const Slice& s,
                       const quant::QuantFormat& f) {
     quant::CheckFormat(f, in, ckpt_.dir() + "/config.json: " + module);
+    const int64_t rows = s.rows < 0 ? out : s.rows;
+    const int64_t cols = s.cols < 0 ? in : s.cols;
+    CheckSliceGroups(module, s, cols, f);
     const int64_t groups = in / f.group_size;
+    const int64_t code_bytes = quant::CodeBytesPerRow(f, static_cast<int32_t>(in));
     const TensorInfo& codes =
-        Require(module + quant::kCodesSuffix,
-                {out, quant::CodeBytesPerRow(f, static_cast<int32_t>(in))}, TensorDtype::kU8);
+        Require(module + quant::kCodesSuffix, {out, code_bytes}, TensorDtype::kU8);
     const TensorInfo& scales =
         Require(module + quant::kScalesSuffix, {out, groups}, TensorDtype::kF16);
     const TensorInfo* zeros = ckpt_.Find(module + quant::kZerosSuffix);
@@ -75,10 +136,26 @@ class Loader {
                   (zeros ? "has" : "lacks") + " tensor " + module + quant::kZerosSuffix);
     }
     if (zeros) Require(module + quant::kZerosSuffix, {out, groups}, TensorDtype::kF16);
-    LinearWeight w = Quantized(out, in, f);
-    backend_->CopyToDevice(w.data.data(), codes.data, codes.nbytes);
-    backend_->CopyToDevice(w.scales.data(), scales.data, scales.nbytes);
-    if (zeros) backend_->CopyToDevice(w.zeros.data(), zeros->data, zeros->nbytes);
+    LinearWeight w = Quantized(rows, cols, f);
+    // Row r of the slice: bytes [col0 * bits / 8, cols * bits / 8) of the
+    // codes and groups [col0 / g, cols / g) of scales and zeros.
+    const int64_t slice_code_bytes = quant::CodeBytesPerRow(f, static_cast<int32_t>(cols));
+    const int64_t code0 = quant::CodeBytesPerRow(f, static_cast<int32_t>(s.col0));
+    const int64_t slice_groups = cols / f.group_size, group0 = s.col0 / f.group_size;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t src = s.row0 + r;
+      backend_->CopyToDevice(w.data.as<uint8_t>() + r * slice_code_bytes,
+                             codes.data + src * code_bytes + code0,
+                             static_cast<size_t>(slice_code_bytes));
+      const size_t group_bytes = static_cast<size_t>(slice_groups) * 2;
+      const size_t from = static_cast<size_t>(src * groups + group0) * 2;
+      backend_->CopyToDevice(w.scales.as<uint16_t>() + r * slice_groups, scales.data + from,
+                             group_bytes);
+      if (zeros) {
+        backend_->CopyToDevice(w.zeros.as<uint16_t>() + r * slice_groups, zeros->data + from,
+                               group_bytes);
+      }
+    }
     return w;
   }
 
@@ -88,15 +165,16 @@ class Loader {
   }
 
  private:
-  LinearWeight Convert(const TensorInfo& t, int64_t out, int64_t in, WeightDtype target) {
-    LinearWeight w = Empty(out, in, target);
-    const size_t esize = target == WeightDtype::kF32 ? 4 : 2;
-    w.data = kernels::BackendBuffer(backend_, static_cast<size_t>(out * in) * esize);
-    quant::ConvertTensor(t, target, [&](int64_t begin, int64_t count, const void* bytes) {
-      backend_->CopyToDevice(w.data.as<uint8_t>() + static_cast<size_t>(begin) * esize, bytes,
-                             static_cast<size_t>(count) * esize);
-    });
-    return w;
+  // A row-parallel slice must cut between groups, so that every rank's
+  // codes are the unsplit model's (and int4 bytes are not split).
+  void CheckSliceGroups(const std::string& name, const Slice& s, int64_t cols,
+                        const quant::QuantFormat& f) const {
+    if (s.col0 % f.group_size != 0 || cols % f.group_size != 0) {
+      throw Error(ckpt_.dir() + ": " + name + ": group_size " + std::to_string(f.group_size) +
+                  " does not divide the tensor-parallel slice of " + std::to_string(cols) +
+                  " input channels at " + std::to_string(s.col0) +
+                  "; use a smaller group or --tensor-parallel-size");
+    }
   }
 
   static LinearWeight Empty(int64_t out, int64_t in, WeightDtype dtype) {
@@ -159,6 +237,7 @@ std::string HumanBytes(double b) {
 const char* WeightPrecisionName(WeightDtype dtype) {
   switch (dtype) {
     case WeightDtype::kF32:
+    case WeightDtype::kF32Panels:
       return "fp32";
     case WeightDtype::kF16:
       return "fp16";
@@ -181,6 +260,16 @@ kernels::WeightView LinearWeight::View() const {
   v.scales = scales.as<const uint16_t>();
   v.zeros = zeros.as<const uint16_t>();
   v.group_size = group_size;
+  return v;
+}
+
+kernels::WeightView LlamaWeights::LmHeadView(int32_t rows) const {
+  if (!lm_head.empty()) return lm_head.View();
+  kernels::WeightView v = embed_tokens.View();
+  const size_t esize = embed_tokens.dtype == kernels::WeightDtype::kF32 ? 4 : 2;
+  v.data =
+      embed_tokens.data.as<const uint8_t>() + lm_head_offset * embed_tokens.in_features * esize;
+  v.out_features = rows;
   return v;
 }
 
@@ -229,8 +318,10 @@ std::string LlamaWeights::MemorySummary() const {
 }
 
 LlamaWeights LoadLlamaWeights(const std::string& model_dir, const ModelConfig& config,
-                              kernels::Backend* backend, const WeightLoadOptions& options) {
+                              kernels::Backend* backend, const TpPlan& tp,
+                              const WeightLoadOptions& options) {
   Loader loader(model_dir, backend);
+  const TpPlan plan = tp.world_size > 1 ? tp : MakeTpPlan(config, 0, 1);
   const std::map<std::string, quant::QuantFormat> stored =
       quant::ReadCheckpointQuantization(model_dir);
   if (!stored.empty() && options.quant != nullptr) {
@@ -238,19 +329,35 @@ LlamaWeights LoadLlamaWeights(const std::string& model_dir, const ModelConfig& c
                 ": the checkpoint is already quantized (config.json "
                 "quantization_config); load it without --quantization-config");
   }
-  const std::map<std::string, quant::QuantFormat> plan =
+  const std::map<std::string, quant::QuantFormat> formats =
       options.quant ? quant::PlanFormats(*options.quant, config) : stored;
-  const bool quantized_model = !plan.empty();
-  auto dense = [&](const std::string& name, int64_t out, int64_t in) {
+  const bool quantized_model = !formats.empty();
+  // embed_tokens / lm_head: 16-bit in a quantized model, else fp32 as always.
+  auto dense = [&](const std::string& name, int64_t rows, int64_t cols, const Slice& s) {
     const WeightDtype target =
         quantized_model ? Dense16(loader.SourceDtype(name)) : WeightDtype::kF32;
-    return loader.Dense(name, out, in, target);
+    return loader.Dense(name, {rows, cols}, s, target);
+  };
+
+  const int64_t hidden = config.hidden_size;
+  const int64_t hd = config.head_dim;
+  const int64_t vocab = config.vocab_size;
+  // Column-parallel: rows of the rank's heads / channels; row-parallel: columns.
+  const Slice q_rows{plan.first_head * hd, plan.num_heads * hd};
+  const Slice kv_rows{plan.first_kv_head * hd, plan.num_kv_heads * hd};
+  const Slice o_cols{0, -1, plan.first_head * hd, plan.num_heads * hd};
+  const Slice inter_rows{plan.first_intermediate, plan.intermediate};
+  const Slice down_cols{0, -1, plan.first_intermediate, plan.intermediate};
+  auto slice_of = [&](const std::string& short_name) {
+    if (short_name == "self_attn.q_proj") return q_rows;
+    if (short_name == "self_attn.k_proj" || short_name == "self_attn.v_proj") return kv_rows;
+    if (short_name == "self_attn.o_proj") return o_cols;
+    if (short_name == "mlp.down_proj") return down_cols;
+    return inter_rows;
   };
 
   LlamaWeights w;
-  const int64_t hidden = config.hidden_size;
-  const int64_t vocab = config.vocab_size;
-  w.embed_tokens = dense("model.embed_tokens.weight", vocab, hidden);
+  w.embed_tokens = dense("model.embed_tokens.weight", vocab, hidden, {});
   w.layers.resize(static_cast<size_t>(config.num_hidden_layers));
   for (int32_t i = 0; i < config.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
@@ -261,26 +368,34 @@ LlamaWeights LoadLlamaWeights(const std::string& model_dir, const ModelConfig& c
   for (const quant::LinearModule& m : quant::LlamaLinearModules(config)) {
     LinearWeight& slot = Slot(w.layers[static_cast<size_t>(m.layer)], m.short_name);
     const std::string tensor = m.name + ".weight";
+    const Slice s = slice_of(m.short_name);
     if (!quantized_model) {
-      slot = loader.Dense(tensor, m.out_features, m.in_features, WeightDtype::kF32);
+      slot = loader.Dense(tensor, {m.out_features, m.in_features}, s, WeightDtype::kF32);
       continue;
     }
-    const auto it = plan.find(m.name);
-    if (it == plan.end()) {
+    const auto it = formats.find(m.name);
+    if (it == formats.end()) {
       throw Error(model_dir + "/config.json: quantization_config has no entry for " + m.name);
     }
     const quant::QuantFormat& f = it->second;
     if (!f.quantized()) {
-      slot = dense(tensor, m.out_features, m.in_features);
+      slot = dense(tensor, m.out_features, m.in_features, s);
     } else if (!stored.empty()) {
-      slot = loader.Stored(m.name, m.out_features, m.in_features, f);
+      slot = loader.Stored(m.name, m.out_features, m.in_features, s, f);
     } else {
-      slot = loader.Quantize(tensor, m.out_features, m.in_features, f);
+      slot = loader.Quantize(tensor, m.out_features, m.in_features, s, f);
     }
   }
   w.norm = loader.Vector("model.norm.weight", hidden);
-  if (!config.tie_word_embeddings) w.lm_head = dense("lm_head.weight", vocab, hidden);
-
+  // lm_head by vocabulary: [vocab_shard, hidden], zero rows past the vocabulary.
+  const Slice vocab_rows{plan.first_vocab, plan.vocab_rows, 0, -1, plan.vocab_shard};
+  if (!config.tie_word_embeddings) {
+    w.lm_head = dense("lm_head.weight", vocab, hidden, vocab_rows);
+  } else if (plan.vocab_rows < plan.vocab_shard) {
+    w.lm_head = dense("model.embed_tokens.weight", vocab, hidden, vocab_rows);
+  } else {
+    w.lm_head_offset = static_cast<size_t>(plan.first_vocab);
+  }
   for (const auto& [precision, bytes] : w.BytesByPrecision()) w.total_bytes += bytes;
   return w;
 }

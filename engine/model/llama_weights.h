@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/model/model_config.h"
+#include "engine/parallel/tp_plan.h"
 #include "kernels/backend.h"
 
 namespace tq {
@@ -44,6 +45,8 @@ struct LinearWeight {
 const char* WeightPrecisionName(kernels::WeightDtype dtype);
 
 /// One decoder layer's tensors (HF names model.layers.N.*). Norms stay fp32.
+/// Under tensor parallelism the rank's slices (TpPlan): heads, KV heads and
+/// intermediate channels replace the full counts in the shapes below.
 struct LlamaLayerWeights {
   kernels::BackendBuffer input_layernorm;           // fp32 [hidden]
   LinearWeight q_proj, k_proj, v_proj;              // [heads*hd, hidden], [kv*hd, hidden] x2
@@ -59,10 +62,13 @@ struct LlamaWeights {
   LinearWeight embed_tokens;  // [vocab, hidden]
   std::vector<LlamaLayerWeights> layers;
   kernels::BackendBuffer norm;  // fp32 [hidden]
-  LinearWeight lm_head;         // [vocab, hidden]; empty when tied
+  LinearWeight lm_head;         // [vocab, hidden] (TP: [vocab_shard, hidden]); empty when tied
   size_t total_bytes = 0;       // backend bytes held (all tensors)
+  size_t lm_head_offset = 0;    // tied under TP: rows into embed_tokens of the shard
 
-  const LinearWeight& LmHead() const { return lm_head.empty() ? embed_tokens : lm_head; }
+  /// The lm_head matrix of `rows` output rows: lm_head, or embed_tokens from
+  /// row lm_head_offset when tied.
+  kernels::WeightView LmHeadView(int32_t rows) const;
   /// Backend bytes by WeightPrecisionName (norms count as fp32); integer
   /// formats include their scales and zeros.
   std::map<std::string, size_t> BytesByPrecision() const;
@@ -86,9 +92,13 @@ struct WeightLoadOptions {
 /// from the mmapped checkpoint a chunk of rows at a time, so no whole fp32
 /// copy of the model is ever held. A checkpoint written by `tqserve quantize`
 /// (tensors <module>.qweight/.scales/.qzeros, docs/quantization.md) loads
-/// as stored. Throws tq::Error naming the file and tensor on a missing
-/// tensor, wrong shape or a bad quantization config.
+/// as stored. With a TpPlan of world_size > 1 only the rank's slices are read
+/// (embeddings and norms whole; a row-parallel slice must hold whole groups);
+/// a tied lm_head shard is a view into embed_tokens when the vocabulary splits
+/// evenly, else a zero-padded copy. Throws tq::Error naming the file and
+/// tensor on a missing tensor, wrong shape or a bad quantization config.
 LlamaWeights LoadLlamaWeights(const std::string& model_dir, const ModelConfig& config,
-                              kernels::Backend* backend, const WeightLoadOptions& options = {});
+                              kernels::Backend* backend, const TpPlan& plan = {},
+                              const WeightLoadOptions& options = {});
 
 }  // namespace tq

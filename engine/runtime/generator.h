@@ -34,6 +34,9 @@ struct EngineOptions {
   std::string kv_calibration_text;   // text file to calibrate on; "" = built-in text
   std::string kv_calibration_stats;  // JSON: loaded when it exists, else written after calibrating
   int32_t kv_sink_tokens = 0;        // tq: first N positions also kept exact (attention sink)
+  // Ranks of one tensor-parallel group in this process (docs/parallelism.md);
+  // num_threads is split between them.
+  int32_t tensor_parallel_size = 1;
   // Weight quantization config (JSON, docs/quantization.md); "" = weights as stored.
   std::string quantization_config;
 };

@@ -51,14 +51,15 @@ class QuantWeightsTest : public testing::TempDirTest {
     backend_ = kernels::CreateCpuBackend(1);
     files_ = LoadModelFiles(TQ_MODEL_DIR);
   }
-  LlamaWeights Load(const std::string& dir, const std::string& config_path) {
+  LlamaWeights Load(const std::string& dir, const std::string& config_path,
+                    const TpPlan& plan = {}) {
     quant::QuantConfig cfg;
     WeightLoadOptions opts;
     if (!config_path.empty()) {
       cfg = quant::QuantConfig::Load(config_path);
       opts.quant = &cfg;
     }
-    return LoadLlamaWeights(dir, files_.config, backend_.get(), opts);
+    return LoadLlamaWeights(dir, files_.config, backend_.get(), plan, opts);
   }
   std::unique_ptr<kernels::Backend> backend_;
   ModelFiles files_;
@@ -193,6 +194,57 @@ TEST_F(QuantWeightsTest, OfflineCheckpointLoadsIdenticalToLoadTime) {
   EXPECT_THROW(quant::WriteQuantizedCheckpoint(out, files_.config, plan, Path("q2")), Error);
 }
 
+// Rows [row0, row0 + rows) and code bytes / groups [c0, c0 + n) of each row of
+// a quantized weight's buffers, as the unsplit model holds them.
+std::vector<uint8_t> Sub(const kernels::BackendBuffer& b, int64_t row_bytes, int64_t row0,
+                         int64_t rows, int64_t c0, int64_t n) {
+  std::vector<uint8_t> out;
+  const auto* p = b.as<const uint8_t>();
+  for (int64_t r = row0; r < row0 + rows; ++r) {
+    out.insert(out.end(), p + r * row_bytes + c0, p + r * row_bytes + c0 + n);
+  }
+  return out;
+}
+
+TEST_F(QuantWeightsTest, TensorParallelSlicesEqualTheUnsplitModel) {
+  const std::string cfg = kData + "/quant_stories_mix4b8b.json";
+  const auto plan = quant::PlanFormats(quant::QuantConfig::Load(cfg), files_.config);
+  quant::WriteQuantizedCheckpoint(TQ_MODEL_DIR, files_.config, plan, Path("q"));
+  const LlamaWeights whole = Load(TQ_MODEL_DIR, cfg);
+  const TpPlan rank1 = MakeTpPlan(files_.config, 1, 2);
+  for (const std::string& dir : {std::string(TQ_MODEL_DIR), Path("q")}) {
+    const LlamaWeights part = Load(dir, dir == TQ_MODEL_DIR ? cfg : "", rank1);
+    const LlamaLayerWeights &w = whole.layers[3], &p = part.layers[3];
+    // q_proj int4 g32 asym, column-parallel: rows 32..63 of [64, 64]; 32 code
+    // bytes and 2 groups per row.
+    EXPECT_EQ(Bytes(p.q_proj.data), Sub(w.q_proj.data, 32, 32, 32, 0, 32)) << dir;
+    EXPECT_EQ(Bytes(p.q_proj.zeros), Sub(w.q_proj.zeros, 4, 32, 32, 0, 4)) << dir;
+    // o_proj int4 g32, row-parallel: input channels 32..63 = code bytes 16..31
+    // and group 1 of every row.
+    EXPECT_EQ(Bytes(p.o_proj.data), Sub(w.o_proj.data, 32, 0, 64, 16, 16)) << dir;
+    EXPECT_EQ(Bytes(p.o_proj.scales), Sub(w.o_proj.scales, 4, 0, 64, 2, 2)) << dir;
+    // down_proj int8 g86, row-parallel: channels 86..171, group 1.
+    EXPECT_EQ(Bytes(p.down_proj.data), Sub(w.down_proj.data, 172, 0, 64, 86, 86)) << dir;
+    EXPECT_EQ(Bytes(p.down_proj.zeros), Sub(w.down_proj.zeros, 4, 0, 64, 2, 2)) << dir;
+    EXPECT_EQ(p.down_proj.in_features, 86);
+    // up_proj int8 g32, column-parallel: rows 86..171.
+    EXPECT_EQ(Bytes(p.up_proj.data), Sub(w.up_proj.data, 64, 86, 86, 0, 64)) << dir;
+    // The tied 16-bit lm_head shard is a view of embed_tokens rows 256..511.
+    EXPECT_TRUE(part.lm_head.empty());
+    EXPECT_EQ(part.LmHeadView(256).data, part.embed_tokens.data.as<const uint8_t>() + 256 * 64 * 2);
+  }
+  // A slice that cuts a group: o_proj group 64 across 2 ranks of 32 channels.
+  const std::string bad = Path("bad.json");
+  std::ofstream(bad) << R"({"bits": 8, "group_size": 64,
+                            "overrides": [{"modules": "mlp.down_proj", "group_size": 86}]})";
+  try {
+    Load(TQ_MODEL_DIR, bad, rank1);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("group_size 64 does not divide the tensor-parallel slice"));
+  }
+}
+
 TEST_F(QuantWeightsTest, CorruptQuantizedCheckpointsAreRejected) {
   const std::string cfg = kData + "/quant_stories_w4.json";
   auto plan = quant::PlanFormats(quant::QuantConfig::Load(cfg), files_.config);
@@ -236,11 +288,11 @@ TEST_F(QuantWeightsTest, Bf16CheckpointKeepsBf16EmbeddingsAndUntiedHead) {
   quant::QuantConfig cfg = quant::QuantConfig::Load(kData + "/quant_stories_w4.json");
   WeightLoadOptions opts;
   opts.quant = &cfg;
-  const LlamaWeights w = LoadLlamaWeights(Path("m"), mf.config, backend_.get(), opts);
+  const LlamaWeights w = LoadLlamaWeights(Path("m"), mf.config, backend_.get(), {}, opts);
   EXPECT_EQ(w.embed_tokens.dtype, kernels::WeightDtype::kBF16);
   ASSERT_FALSE(w.lm_head.empty());
   EXPECT_EQ(w.lm_head.dtype, kernels::WeightDtype::kBF16);
-  EXPECT_EQ(&w.LmHead(), &w.lm_head);
+  EXPECT_EQ(w.LmHeadView(512).data, w.lm_head.data.data());
   EXPECT_EQ(w.BytesByPrecision().at("bf16"), 2u * 512 * 64 * 2);
   // bf16 -> bf16 is a copy: the stored bits are the checkpoint's.
   const SafetensorsCheckpoint ckpt(Path("m"));
