@@ -44,7 +44,7 @@ inline Vec LoadWide(const uint16_t* row, int64_t i) {
     return reinterpret_cast<Vec>(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   }
 #else
-  Vec v;
+  Vec v{};
   for (int j = 0; j < kLanes; ++j) {
     v[j] = D == WeightDtype::kF16 ? HalfToFloat(row[i + j]) : Bf16ToFloat(row[i + j]);
   }
@@ -82,7 +82,7 @@ inline Vec LoadCodes(const uint8_t* row, int64_t i) {
   }
   return reinterpret_cast<Vec>(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)));
 #else
-  Vec v;
+  Vec v{};
   for (int j = 0; j < kLanes; ++j) {
     const int64_t e = i + j;
     v[j] = D == WeightDtype::kInt8 ? row[e] : (row[e / 2] >> (4 * (e & 1))) & 0x0f;

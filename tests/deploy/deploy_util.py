@@ -10,6 +10,7 @@ TQSERVE_MODEL (the bundled model directory), TQ_SOURCE_DIR (the repository).
 import os
 import re
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -68,17 +69,26 @@ def unflatten(flags):
     return out
 
 
+def free_port():
+    """A TCP port free on 127.0.0.1 right now (for --grpc-port, where 0 means off)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class Daemon:
     """`tqserve serve` with the given flags (a dict from parse_args), on
-    127.0.0.1 with --port 0 and --grpc-port 0 (the real ports are read from its
-    listening lines). Use as a context manager; leaving it sends SIGTERM and
+    127.0.0.1 with --port 0 (the real port is read from its listening line)
+    and no gRPC server, or with `grpc=True` the gRPC API on a free port
+    (`grpc_port`). Use as a context manager; leaving it sends SIGTERM and
     expects exit status 0."""
 
     LISTEN_RE = re.compile(r"tqserve: listening on http://[^:\s]+:(\d+)")
 
-    def __init__(self, flags, ready_timeout_s=120):
+    def __init__(self, flags, ready_timeout_s=120, grpc=False):
         self.flags = dict(flags)
-        self.flags.update({"--host": "127.0.0.1", "--port": "0", "--grpc-port": "0"})
+        self.grpc_port = free_port() if grpc else 0
+        self.flags.update({"--host": "127.0.0.1", "--port": "0", "--grpc-port": str(self.grpc_port)})
         self.ready_timeout_s = ready_timeout_s
         self.stderr = ""
         self.port = None
@@ -122,6 +132,15 @@ class Daemon:
             return e.code, e.read().decode()
         except (urllib.error.URLError, ConnectionError):
             return 0, ""
+
+    def grpc_health(self):
+        """grpc.health.v1 Check status of service "" (tests/deploy/grpc_health.mjs)."""
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "grpc_health.mjs")
+        out = subprocess.run([env("TQ_NODE"), script, f"127.0.0.1:{self.grpc_port}"],
+                             capture_output=True, text=True, timeout=60)
+        if out.returncode != 0:
+            raise AssertionError(f"grpc_health.mjs failed:\n{out.stderr}")
+        return out.stdout.strip()
 
     def __exit__(self, *exc):
         self.proc.send_signal(signal.SIGTERM)

@@ -10,10 +10,15 @@ TQ_KUBECTLS: colon-separated kubectl binaries to render with (default:
 `kubectl` on PATH); each must give the same objects.
 """
 
+import json
 import os
+import re
 import shutil
+import signal
+import socket
 import subprocess
 import tempfile
+import time
 import unittest
 
 import yaml
@@ -138,6 +143,7 @@ class OverlayTest(unittest.TestCase):
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
         probes = {k: c[k] for k in ("startupProbe", "readinessProbe", "livenessProbe")}
         http_paths = set()
+        grpc_probe = False
         for kind, probe in probes.items():
             if "httpGet" in probe:
                 port = probe["httpGet"]["port"]
@@ -147,6 +153,8 @@ class OverlayTest(unittest.TestCase):
                 # grpc.health.v1 on the gRPC port (docs/grpc.md).
                 self.assertEqual(probe["grpc"]["port"], int(flags["--grpc-port"]), f"{kind} port")
                 self.assertNotEqual(int(flags["--grpc-port"]), 0)
+                self.assertNotIn("service", probe["grpc"])  # the server's overall status
+                grpc_probe = True
         # Ready and started mean loaded: /health (or gRPC health); liveness
         # must not be /health, which is 503 while draining.
         for kind in ("startupProbe", "readinessProbe"):
@@ -169,10 +177,48 @@ class OverlayTest(unittest.TestCase):
             run = dict(flags, **{"--config": path, "--model": env("TQSERVE_MODEL")})
             if "--tensor-parallel-size" not in self.help_flags:
                 run.pop("--tensor-parallel-size", None)
-            with Daemon(run) as d:
+            with Daemon(run, grpc=grpc_probe) as d:
                 for p in sorted(http_paths):
                     status, body = d.get(p)
                     self.assertEqual(status, 200, f"overlays/{overlay}: GET {p}: {body}")
+                if grpc_probe:
+                    self.assertEqual(d.grpc_health(), "SERVING", f"overlays/{overlay}")
+
+
+class DrainTest(unittest.TestCase):
+    """While the daemon drains after SIGTERM (what the kubelet sends), the
+    readiness/startup path fails and the liveness path keeps answering 200:
+    a draining pod leaves the Service but is not killed before its requests
+    finish."""
+
+    def test_liveness_passes_while_draining(self):
+        objs = render(os.path.join(K8S, "overlays/cpu"), kubectls()[0])
+        (c,) = by_kind(objs, "Deployment")["spec"]["template"]["spec"]["containers"]
+        live = c["livenessProbe"]["httpGet"]["path"]
+        ready = c["readinessProbe"]["httpGet"]["path"]
+        # A request that stays in flight while this test does not read its
+        # stream: 128 choices x 500 tokens with logprobs are far more
+        # SSE bytes than the loopback socket buffers hold.
+        body = json.dumps({"prompt": "Once upon a time", "max_tokens": 500, "n": 128, "stream": True,
+                           "logprobs": 5, "ignore_eos": True})
+        with Daemon({"--model": env("TQSERVE_MODEL"), "--shutdown-timeout": "60"}) as d:
+            with socket.create_connection(("127.0.0.1", d.port)) as sock:
+                sock.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: tqserve\r\nContent-Type: application/json\r\n"
+                              f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
+                deadline = time.monotonic() + 60
+                running = re.compile(r"^tqserve_num_requests_running\{[^}]*\} ([1-9]\d*)$", re.M)
+                while not running.search(d.get("/metrics")[1]):
+                    self.assertLess(time.monotonic(), deadline, "the request never ran")
+                    time.sleep(0.05)
+                d.proc.send_signal(signal.SIGTERM)
+                while d.get(ready)[0] != 503:
+                    self.assertLess(time.monotonic(), deadline, f"{ready} never turned 503 after SIGTERM")
+                    time.sleep(0.05)
+                self.assertIn("draining", d.get(ready)[1])
+                self.assertIsNone(d.proc.poll())
+                self.assertEqual(d.get(live)[0], 200)
+            # Closing the connection aborts the request; the drain ends and
+            # the daemon exits 0 (checked when the Daemon context exits).
 
 
 class ExtrasTest(unittest.TestCase):
