@@ -153,7 +153,7 @@ inline void GemvTile(const MatMulParams& p, int64_t col) {
     if constexpr (D == WeightDtype::kInt4 && kInt4Table) {
       for (int64_t i = g * gs; i < (g + 1) * gs; i += kLanes) {
         const Vec xv = LoadVec(p.x + i);
-        for (int c = 0; c < C; ++c) acc[c] += xv * LookupInt4(rows[c], i, scale[c]);
+        for (int c = 0; c < C; ++c) acc[c] = MulAdd(xv, LookupInt4(rows[c], i, scale[c]), acc[c]);
       }
       continue;
     }
@@ -161,7 +161,7 @@ inline void GemvTile(const MatMulParams& p, int64_t col) {
       const Vec xv = LoadVec(p.x + i);
       for (int c = 0; c < C; ++c) {
         const Vec wv = (LoadCodes<D>(rows[c], i) - zero[c]) * scale[c];
-        acc[c] += xv * wv;
+        acc[c] = MulAdd(xv, wv, acc[c]);
       }
     }
   }
@@ -183,7 +183,7 @@ inline void GemvTileWide(const MatMulParams& p, int64_t col) {
   int64_t i = 0;
   for (; i + kLanes <= k; i += kLanes) {
     const Vec xv = LoadVec(p.x + i);
-    for (int c = 0; c < C; ++c) acc[c] += xv * LoadWide<D>(rows[c], i);
+    for (int c = 0; c < C; ++c) acc[c] = MulAdd(xv, LoadWide<D>(rows[c], i), acc[c]);
   }
   for (int c = 0; c < C; ++c) {
     // The tail (< kLanes weights) goes through a stack buffer so that it is
