@@ -48,10 +48,8 @@ EngineInfo DescribeEngine(const EngineOptions& options, const LoadedModel& m) {
   info.max_num_batched_tokens = options.max_num_batched_tokens;
   info.vocab_size = m.files.config.vocab_size;
   info.ranks = DescribeRanks(m);
-  for (int r = 0; r < world; ++r) {
-    for (const auto& [precision, bytes] : m.rank_model(r).weights().BytesByPrecision()) {
-      info.weight_bytes[precision] += bytes;
-    }
+  for (const RankMemory& r : info.ranks) {
+    for (const auto& [precision, bytes] : r.weight_bytes) info.weight_bytes[precision] += bytes;
   }
   info.weights_summary = m.model->weights().MemorySummary();
   if (world > 1) info.weights_summary = "rank 0 " + info.weights_summary;

@@ -339,7 +339,7 @@ std::vector<RankMemory> DescribeRanks(const LoadedModel& m) {
   for (int r = 0; r < m.tensor_parallel_size(); ++r) {
     RankMemory rm;
     rm.rank = r;
-    rm.weight_bytes = m.rank_model(r).weights().total_bytes;
+    rm.weight_bytes = m.rank_model(r).weights().BytesByPrecision();
     if (m.cache) {
       const PagedKvCache& cache = m.cache->Rank(r);
       rm.kv_cache_bytes = cache.total_bytes();
