@@ -16,9 +16,9 @@ namespace tq {
 /// the per-rank memory metrics).
 struct RankMemory {
   int rank = 0;
-  size_t weight_bytes = 0;         // backend bytes of the rank's weights
-  size_t kv_cache_bytes = 0;       // the rank's KV pool (its KV heads)
-  int64_t kv_capacity_tokens = 0;  // tokens the pool holds (the same on every rank)
+  std::map<std::string, size_t> weight_bytes;  // the rank's weights by precision ("fp32", ...)
+  size_t kv_cache_bytes = 0;                   // the rank's KV pool (its KV heads)
+  int64_t kv_capacity_tokens = 0;              // tokens the pool holds (the same on every rank)
 };
 
 struct EngineInfo {

@@ -331,7 +331,7 @@ std::vector<RankMemory> DescribeRanks(const LoadedModel& m) {
   for (int r = 0; r < m.tensor_parallel_size(); ++r) {
     RankMemory rm;
     rm.rank = r;
-    rm.weight_bytes = m.rank_model(r).weights().total_bytes;
+    rm.weight_bytes["fp32"] = m.rank_model(r).weights().total_bytes;  // widened at load
     if (m.cache) {
       const PagedKvCache& cache = m.cache->Rank(r);
       rm.kv_cache_bytes = cache.total_bytes();

@@ -44,7 +44,7 @@ inline Vec LoadWide(const uint16_t* row, int64_t i) {
     return reinterpret_cast<Vec>(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   }
 #else
-  Vec v;
+  Vec v{};
   for (int j = 0; j < kLanes; ++j) {
     v[j] = D == WeightDtype::kF16 ? HalfToFloat(row[i + j]) : Bf16ToFloat(row[i + j]);
   }
@@ -82,7 +82,7 @@ inline Vec LoadCodes(const uint8_t* row, int64_t i) {
   }
   return reinterpret_cast<Vec>(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)));
 #else
-  Vec v;
+  Vec v{};
   for (int j = 0; j < kLanes; ++j) {
     const int64_t e = i + j;
     v[j] = D == WeightDtype::kInt8 ? row[e] : (row[e / 2] >> (4 * (e & 1))) & 0x0f;
@@ -153,7 +153,7 @@ inline void GemvTile(const MatMulParams& p, int64_t col) {
     if constexpr (D == WeightDtype::kInt4 && kInt4Table) {
       for (int64_t i = g * gs; i < (g + 1) * gs; i += kLanes) {
         const Vec xv = LoadVec(p.x + i);
-        for (int c = 0; c < C; ++c) acc[c] += xv * LookupInt4(rows[c], i, scale[c]);
+        for (int c = 0; c < C; ++c) acc[c] = MulAdd(xv, LookupInt4(rows[c], i, scale[c]), acc[c]);
       }
       continue;
     }
@@ -161,7 +161,7 @@ inline void GemvTile(const MatMulParams& p, int64_t col) {
       const Vec xv = LoadVec(p.x + i);
       for (int c = 0; c < C; ++c) {
         const Vec wv = (LoadCodes<D>(rows[c], i) - zero[c]) * scale[c];
-        acc[c] += xv * wv;
+        acc[c] = MulAdd(xv, wv, acc[c]);
       }
     }
   }
@@ -183,7 +183,7 @@ inline void GemvTileWide(const MatMulParams& p, int64_t col) {
   int64_t i = 0;
   for (; i + kLanes <= k; i += kLanes) {
     const Vec xv = LoadVec(p.x + i);
-    for (int c = 0; c < C; ++c) acc[c] += xv * LoadWide<D>(rows[c], i);
+    for (int c = 0; c < C; ++c) acc[c] = MulAdd(xv, LoadWide<D>(rows[c], i), acc[c]);
   }
   for (int c = 0; c < C; ++c) {
     // The tail (< kLanes weights) goes through a stack buffer so that it is

@@ -10,10 +10,12 @@
 // format's kernel follows this same order.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
 #include "kernels/cpu/simd.h"
+#include "kernels/cpu/x86_intrin.h"  // first: see there
 #include "kernels/op_params.h"
 
 namespace tq::kernels::cpu {
@@ -34,12 +36,52 @@ inline Vec LoadVec(const float* p) {
   return v;
 }
 
+/// acc + a * b, fused (one rounding) where the ISA has FMA and two roundings
+/// where it does not. Spelled out rather than left to the compiler's
+/// contraction of `acc += a * b`, which differs between inlining contexts
+/// (GCC 12 vectorizes some tail multiplies and then adds them unfused), so
+/// that every kernel sharing this order also shares its bits.
+inline Vec MulAdd(Vec a, Vec b, Vec acc) {
+#if defined(__AVX512F__)
+  return reinterpret_cast<Vec>(_mm512_fmadd_ps(
+      reinterpret_cast<__m512>(a), reinterpret_cast<__m512>(b), reinterpret_cast<__m512>(acc)));
+#elif defined(__FMA__)
+  return reinterpret_cast<Vec>(_mm256_fmadd_ps(
+      reinterpret_cast<__m256>(a), reinterpret_cast<__m256>(b), reinterpret_cast<__m256>(acc)));
+#else
+  return acc + a * b;
+#endif
+}
+
+inline float MulAdd(float a, float b, float acc) {
+#if defined(__FMA__)
+  return std::fma(a, b, acc);
+#else
+  return acc + a * b;
+#endif
+}
+
 /// Adds x[j] * w[j] for j < n to sum, serially: the k % kLanes tail of
-/// every dot product. Every kernel calls this one function, so the
-/// compiler's multiply-add contraction treats every tail alike.
+/// every dot product.
 inline float DotTail(const float* x, const float* w, int64_t n, float sum) {
-  for (int64_t j = 0; j < n; ++j) sum += x[j] * w[j];
+  for (int64_t j = 0; j < n; ++j) sum = MulAdd(x[j], w[j], sum);
   return sum;
+}
+
+/// Adds the products of chunks [k_begin, k_end) (multiples of kLanes) to the
+/// lane-wise partial sums acc[r][c] of dot(x[r], w[c]). A dot product split
+/// into k blocks this way sums in the same order as in one call.
+template <int R, int C>
+inline void DotTileAccumulate(const float* const* x, const float* const* w, int64_t k_begin,
+                              int64_t k_end, Vec acc[R][C]) {
+  for (int64_t i = k_begin; i < k_end; i += kLanes) {
+    Vec wv[C];
+    for (int c = 0; c < C; ++c) wv[c] = LoadVec(w[c] + i);
+    for (int r = 0; r < R; ++r) {
+      const Vec xv = LoadVec(x[r] + i);
+      for (int c = 0; c < C; ++c) acc[r][c] = MulAdd(xv, wv[c], acc[r][c]);
+    }
+  }
 }
 
 /// Computes the R x C tile out[r][c] = dot(x[r], w[c]) over k, in the order
@@ -49,18 +91,11 @@ inline void DotTile(const float* const* x, const float* const* w, int64_t k, flo
   Vec acc[R][C];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) acc[r][c] = Vec{};
-  int64_t i = 0;
-  for (; i + kLanes <= k; i += kLanes) {
-    Vec wv[C];
-    for (int c = 0; c < C; ++c) wv[c] = LoadVec(w[c] + i);
-    for (int r = 0; r < R; ++r) {
-      const Vec xv = LoadVec(x[r] + i);
-      for (int c = 0; c < C; ++c) acc[r][c] += xv * wv[c];
-    }
-  }
+  const int64_t main = k / kLanes * kLanes;
+  DotTileAccumulate<R, C>(x, w, 0, main, acc);
   for (int r = 0; r < R; ++r) {
     for (int c = 0; c < C; ++c) {
-      out[r][c] = DotTail(x[r] + i, w[c] + i, k - i, HorizontalSum(acc[r][c]));
+      out[r][c] = DotTail(x[r] + main, w[c] + main, k - main, HorizontalSum(acc[r][c]));
     }
   }
 }
