@@ -39,6 +39,7 @@ struct EngineOptions {
   int32_t tensor_parallel_size = 1;
   // Weight quantization config (JSON, docs/quantization.md); "" = weights as stored.
   std::string quantization_config;
+  DenseDtype weight_dtype = DenseDtype::kDefault;  // --dtype (llama_weights.h)
 };
 
 /// Why generation stopped (OpenAI finish_reason): "stop" (EOS or a stop
