@@ -15,6 +15,7 @@
 
 #include "engine/common/error.h"
 #include "engine/kv/block_pool.h"
+#include "engine/kv/kv_calibration.h"
 #include "engine/model/random_model.h"
 #include "engine/runtime/model_loader.h"
 #include "tests/unit/temp_dir_test.h"
@@ -138,6 +139,31 @@ TEST_F(RandomTensorParallel, TwoKvHeadsOnFourRanksAreReplicated) {
   for (const RankMemory& r : DescribeRanks(four)) {
     EXPECT_EQ(r.kv_cache_bytes * 2, one.cache->total_bytes()) << "rank " << r.rank;
   }
+}
+
+// tq key statistics saved by one TP size load under another: the merged
+// per-rank statistics equal the unsharded ones and the model fingerprint
+// (of the whole k_proj) does not depend on the split.
+TEST_F(RandomTensorParallel, SavedKeyStatsAreTheSameForEveryTpSize) {
+  const std::string dir = Write(8, 2);
+  EngineOptions one = Options(dir, kernels::KvDtype::kTq3, 1);
+  one.kv_calibration_stats = Path("one.json");
+  EngineOptions four = Options(dir, kernels::KvDtype::kTq3, 4);
+  four.kv_calibration_stats = Path("four.json");
+  LoadModel(one);   // calibrates and saves
+  LoadModel(four);  // calibrates on 4 ranks and saves
+  const KeyChannelStats a = LoadKeyStats(one.kv_calibration_stats, 3, 2, 16);
+  const KeyChannelStats b = LoadKeyStats(four.kv_calibration_stats, 3, 2, 16);
+  EXPECT_EQ(a.model_fingerprint, b.model_fingerprint);
+  ASSERT_EQ(a.mean.size(), b.mean.size());
+  for (size_t i = 0; i < a.mean.size(); ++i) {
+    EXPECT_NEAR(a.mean[i], b.mean[i], 1e-5 * (1 + std::abs(a.mean[i]))) << i;
+    EXPECT_NEAR(a.scale[i], b.scale[i], 1e-5 * a.scale[i]) << i;
+  }
+  // TP=1's file loads at TP=4 (the fingerprint check passes).
+  four.kv_calibration_stats = one.kv_calibration_stats;
+  const LoadedModel m = LoadModel(four);
+  EXPECT_THAT(m.kv_calibration_source, HasSubstr("loaded from"));
 }
 
 // Weight bytes per rank, counted from the config: embeddings and norms whole,
