@@ -82,6 +82,7 @@ void RunEval(EvalArgs& args) {
       std::string(kernels::KvDtypeName(args.engine.kv_cache_dtype)).c_str());
   using Seconds = std::chrono::duration<double>;
   const double eval_s = Seconds(end - start).count();
+  std::printf("%s\n", generator.model().weights().MemorySummary().c_str());
   std::printf("%s\n", DescribeKvCache(generator).c_str());
   std::printf("time %.3f s (load %.3f s; %d windows; %.0f scored tokens/s)\n", eval_s,
               Seconds(start - load_start).count(), r.num_windows,
@@ -110,6 +111,7 @@ void AddEvalCommand(CLI::App& app) {
                   "CPU compute threads (0 = all cores; capped at the core count)")
       ->capture_default_str();
   AddKvCacheFlags(cmd, &args->engine, &args->kv_cache_dtype);
+  AddWeightFlags(cmd, &args->engine);
   cmd->callback([args] { RunEval(*args); });
 }
 

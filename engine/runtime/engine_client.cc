@@ -51,6 +51,8 @@ EngineInfo DescribeEngine(const EngineOptions& options, const LoadedModel& m) {
   for (const RankMemory& r : info.ranks) {
     for (const auto& [precision, bytes] : r.weight_bytes) info.weight_bytes[precision] += bytes;
   }
+  info.weights_summary = m.model->weights().MemorySummary();
+  if (world > 1) info.weights_summary = "rank 0 " + info.weights_summary;
   info.kv_calibration_source = m.kv_calibration_source;
   info.device = "cpu";
   return info;

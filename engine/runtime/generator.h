@@ -37,6 +37,8 @@ struct EngineOptions {
   // Ranks of one tensor-parallel group in this process (docs/parallelism.md);
   // num_threads is split between them.
   int32_t tensor_parallel_size = 1;
+  // Weight quantization config (JSON, docs/quantization.md); "" = weights as stored.
+  std::string quantization_config;
 };
 
 /// Why generation stopped (OpenAI finish_reason): "stop" (EOS or a stop

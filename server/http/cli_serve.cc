@@ -231,6 +231,7 @@ void RunServe(ServeArgs& args) {
                  engine->info().model_dir,
                  std::chrono::duration<double>(Clock::now() - load_start).count(),
                  args.http.served_model_name, engine->info().max_model_len);
+    spdlog::info("{}", engine->info().weights_summary);
     spdlog::info("{}", KvCacheLine(engine->info(), files.config));
     for (const RankMemory& r : engine->info().ranks) {
       size_t weights = 0;
@@ -285,6 +286,7 @@ void AddServeCommand(CLI::App& app) {
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
   AddKvCacheFlags(cmd, &args->engine, &args->kv_cache_dtype);
+  AddWeightFlags(cmd, &args->engine);
   CLI::Option* kv_memory = cmd->get_option("--kv-cache-memory");
   kv_memory->description(
       "KV pool size in bytes (default: --max-num-seqs sequences of --max-model-len tokens, at "
