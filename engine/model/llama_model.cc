@@ -134,7 +134,11 @@ void LlamaModel::Attention(int32_t layer, const ForwardBatch& batch, PagedKvCach
   backend_->MatMul({x, ViewWeight(w.q_proj, q_dim, c.hidden_size), q_.as<float>(), n, false});
   backend_->MatMul({x, ViewWeight(w.k_proj, kv_dim, c.hidden_size), k_.as<float>(), n, false});
   backend_->MatMul({x, ViewWeight(w.v_proj, kv_dim, c.hidden_size), v_.as<float>(), n, false});
-  if (key_observer_) key_observer_(layer, k_.as<float>(), n);
+  if (key_observer_) {
+    observed_keys_.resize(static_cast<size_t>(n) * kv_dim);
+    backend_->CopyToHost(observed_keys_.data(), k_.data(), observed_keys_.size() * sizeof(float));
+    key_observer_(layer, observed_keys_.data(), n);
+  }
   backend_->Rope({q_.as<float>(), positions_.as<int32_t>(), inv_freq_.as<float>(), n,
                   c.num_attention_heads, c.head_dim, 1.0f});
   // tq formats store keys before RoPE and rotate them inside attention.

@@ -45,8 +45,8 @@ class LlamaModel {
 
   /// Called in Forward with each layer's keys before RoPE: (layer, k_pre_rope
   /// [num_tokens, num_kv_heads, head_dim] host fp32, num_tokens). Used to
-  /// calibrate the per-channel key normalization of the tq KV formats. Only
-  /// valid for backends whose memory is host memory (the CPU backend).
+  /// calibrate the per-channel key normalization of the tq KV formats. The
+  /// keys are copied to host memory first (any backend).
   using KeyObserver = std::function<void(int32_t layer, const float* keys, int32_t num_tokens)>;
   void SetKeyObserver(KeyObserver observer) { key_observer_ = std::move(observer); }
 
@@ -63,6 +63,7 @@ class LlamaModel {
   kernels::Backend* backend_;
   kernels::BackendBuffer inv_freq_;  // [head_dim / 2]
   KeyObserver key_observer_;
+  std::vector<float> observed_keys_;  // host copy of the keys for key_observer_
 
   // Activation workspace, grown on demand (backend memory).
   int32_t capacity_tokens_ = 0;

@@ -48,7 +48,7 @@ EngineInfo DescribeEngine(const EngineOptions& options, const LoadedModel& m) {
   info.weight_bytes["fp32"] =
       m.model->weights().total_bytes;  // widened at load (see llama_weights.h)
   info.kv_calibration_source = m.kv_calibration_source;
-  info.device = "cpu";
+  info.device = std::string(m.backend->Name());
   return info;
 }
 

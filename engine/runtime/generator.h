@@ -17,6 +17,7 @@
 #include "engine/sampling/sampling_params.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "kernels/backend.h"
+#include "kernels/backend_factory.h"
 
 namespace tq {
 
@@ -34,6 +35,11 @@ struct EngineOptions {
   std::string kv_calibration_text;   // text file to calibrate on; "" = built-in text
   std::string kv_calibration_stats;  // JSON: loaded when it exists, else written after calibrating
   int32_t kv_sink_tokens = 0;        // tq: first N positions also kept exact (attention sink)
+  // Compute device (--device); the CLI defaults to auto, library users to the CPU.
+  kernels::DeviceKind device = kernels::DeviceKind::kCpu;
+  // GPU backends: fraction of the device's total memory the server may hold
+  // (weights + activations + KV pool) when kv_cache_memory is 0 (vLLM's flag).
+  double gpu_memory_utilization = 0.9;
 };
 
 /// Why generation stopped (OpenAI finish_reason): "stop" (EOS or a stop

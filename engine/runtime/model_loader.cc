@@ -28,6 +28,42 @@ void CheckOptions(const EngineOptions& options) {
       (options.kv_sink_tokens > 0 && !kernels::KvStoresPreRopeKeys(options.kv_cache_dtype))) {
     throw Error("--kv-sink-tokens must be 0..8 (and <= --block-size), with a tq KV cache dtype");
   }
+  if (!(options.gpu_memory_utilization > 0.0 && options.gpu_memory_utilization <= 1.0)) {
+    throw Error("--gpu-memory-utilization must be in (0, 1]");
+  }
+}
+
+// KV pool budget on a GPU when --kv-cache-memory is not given (vLLM's rule):
+// gpu_memory_utilization × total device memory, minus what is in use now
+// (weights, this process's context, other processes) and an estimate of the
+// activation workspace at the largest step (max_num_batched_tokens tokens,
+// max_num_seqs logit rows) plus a fixed reserve for cuBLAS and allocator slack.
+size_t DeviceKvBudget(const LoadedModel& m, const EngineOptions& options) {
+  kernels::DeviceMemoryInfo mem;
+  if (!kernels::QueryDeviceMemory(*m.backend, &mem)) {
+    throw Error("--device " + std::string(m.backend->Name()) + ": cannot query device memory");
+  }
+  const ModelConfig& c = m.files.config;
+  const size_t tokens = static_cast<size_t>(options.max_num_batched_tokens);
+  const size_t per_token = 2 * static_cast<size_t>(c.hidden_size) +
+                           2 * static_cast<size_t>(c.num_attention_heads) * c.head_dim +
+                           2 * static_cast<size_t>(c.num_key_value_heads) * c.head_dim +
+                           2 * static_cast<size_t>(c.intermediate_size);
+  const size_t logit_rows = std::max<size_t>(options.max_num_seqs, tokens);
+  const size_t workspace = 4 * (tokens * per_token + logit_rows * (c.vocab_size + c.hidden_size)) +
+                           2 * tokens * std::max(c.hidden_size, c.intermediate_size) +
+                           (size_t{512} << 20);
+  const double allowed = options.gpu_memory_utilization * static_cast<double>(mem.total_bytes);
+  const double used = static_cast<double>(mem.total_bytes - mem.free_bytes);
+  const double budget = allowed - used - static_cast<double>(workspace);
+  if (budget <= 0.0) {
+    throw Error("--gpu-memory-utilization " + std::to_string(options.gpu_memory_utilization) +
+                " leaves no memory for the KV cache (device total " +
+                std::to_string(mem.total_bytes) + " bytes, in use " +
+                std::to_string(mem.total_bytes - mem.free_bytes) + " bytes, activation workspace " +
+                std::to_string(workspace) + " bytes); raise it or set --kv-cache-memory");
+  }
+  return static_cast<size_t>(budget);
 }
 
 // Identifies the loaded weights in saved calibration stats: FNV-1a over the
@@ -169,7 +205,12 @@ LoadedModel LoadModel(const EngineOptions& options) {
   }
   m.max_model_len = options.max_model_len > 0 ? options.max_model_len : c.MaxContext();
   m.tokenizer = Tokenizer::Load(options.model_dir, m.files.tokenizer);
-  m.backend = kernels::CreateCpuBackend(options.num_threads);
+  std::string why_cpu;  // --device auto fell back to the CPU: said once, after loading
+  try {
+    m.backend = kernels::CreateBackend(options.device, options.num_threads, &why_cpu);
+  } catch (const std::runtime_error& e) {
+    throw Error(e.what());
+  }
   m.model = std::make_unique<LlamaModel>(c, LoadLlamaWeights(options.model_dir, c, m.backend.get()),
                                          m.backend.get());
 
@@ -181,15 +222,21 @@ LoadedModel LoadModel(const EngineOptions& options) {
   const int32_t blocks_for_one_seq = (m.max_model_len + layout.block_size - 1) / layout.block_size;
   const size_t bytes_per_block =
       PagedKvCache::BytesPerBlock(c.num_hidden_layers, layout, options.kv_sink_tokens);
-  layout.num_blocks =
-      options.kv_cache_memory > 0
-          ? PagedKvCache::BlocksForBudget(options.kv_cache_memory, c.num_hidden_layers, layout,
-                                          options.kv_sink_tokens)
-          : blocks_for_one_seq;
+  const size_t kv_budget = options.kv_cache_memory > 0  ? options.kv_cache_memory
+                           : m.backend->Name() != "cpu" ? DeviceKvBudget(m, options)
+                                                        : 0;
+  layout.num_blocks = kv_budget > 0 ? PagedKvCache::BlocksForBudget(kv_budget, c.num_hidden_layers,
+                                                                    layout, options.kv_sink_tokens)
+                                    : blocks_for_one_seq;
   // As vLLM: the pool must hold at least one sequence of max_model_len tokens,
   // so an accepted request can never run out of blocks on its own.
   if (layout.num_blocks < blocks_for_one_seq) {
-    throw Error("--kv-cache-memory " + std::to_string(options.kv_cache_memory) + " bytes holds " +
+    const std::string budget_source =
+        options.kv_cache_memory > 0
+            ? "--kv-cache-memory " + std::to_string(options.kv_cache_memory) + " bytes"
+            : "--gpu-memory-utilization " + std::to_string(options.gpu_memory_utilization) + " (" +
+                  std::to_string(kv_budget) + " bytes for the KV cache)";
+    throw Error(budget_source + " holds " +
                 std::to_string(static_cast<int64_t>(layout.num_blocks) * layout.block_size) +
                 " tokens of " + std::string(kernels::KvDtypeName(layout.dtype)) +
                 " KV cache, fewer than --max-model-len " + std::to_string(m.max_model_len) +
@@ -209,6 +256,7 @@ LoadedModel LoadModel(const EngineOptions& options) {
     throw Error("cannot allocate " + std::to_string(bytes_per_block * layout.num_blocks) +
                 " bytes for the KV cache; lower --kv-cache-memory");
   }
+  if (!why_cpu.empty()) std::fprintf(stderr, "[tqserve] %s\n", why_cpu.c_str());
   return m;
 }
 

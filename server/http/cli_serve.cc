@@ -196,7 +196,8 @@ void RunServe(ServeArgs& args) {
     if (!dir.has_filename()) dir = dir.parent_path();
     args.http.served_model_name = dir.filename().string();
   }
-  if (!args.kv_cache_memory_set) {
+  // On a GPU the pool is sized by --gpu-memory-utilization (kv_cache_memory 0).
+  if (!args.kv_cache_memory_set && !kernels::ResolvesToCuda(args.engine.device)) {
     args.engine.kv_cache_memory = DefaultKvCacheMemory(files.config, args.engine);
   }
   args.http.log_requests = !args.disable_log_requests;
