@@ -41,6 +41,9 @@ void RunGenerate(GenerateArgs& args) {
   const Tokenizer& tokenizer = generator.tokenizer();
   const std::vector<int32_t> prompt = tokenizer.Encode(args.prompt, !args.no_bos);
   generator.CheckRequest(prompt, params);  // before echoing the prompt
+  if (!args.quiet && !generator.device_note().empty()) {
+    std::fprintf(stderr, "[tqserve] %s\n", generator.device_note().c_str());
+  }
   if (!args.quiet) std::fprintf(stderr, "[tqserve] %s\n", DescribeKvCache(generator).c_str());
   IncrementalDetokenizer detok(&tokenizer, prompt);
   if (args.engine.num_threads > kernels::CpuThreadCount(args.engine.num_threads)) {

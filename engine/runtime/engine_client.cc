@@ -49,6 +49,7 @@ EngineInfo DescribeEngine(const EngineOptions& options, const LoadedModel& m) {
       m.model->weights().total_bytes;  // widened at load (see llama_weights.h)
   info.kv_calibration_source = m.kv_calibration_source;
   info.device = std::string(m.backend->Name());
+  info.device_note = m.device_note;
   return info;
 }
 

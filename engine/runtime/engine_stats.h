@@ -26,6 +26,7 @@ struct EngineInfo {
   std::map<std::string, size_t> weight_bytes;  // by precision ("fp32", "fp16", "int4", ...)
   std::string kv_calibration_source;
   std::string device = "cpu";
+  std::string device_note;  // why --device auto runs on the CPU; "" otherwise
 };
 
 /// A snapshot of the engine's gauges, taken after a step (cheap to copy).

@@ -88,6 +88,8 @@ class Generator {
   /// How the tq key statistics were obtained ("" for other KV dtypes), e.g.
   /// "calibrated on the built-in text (412 tokens)" or "loaded from FILE".
   const std::string& kv_calibration_source() const;
+  /// Why --device auto runs on the CPU; empty otherwise (LoadedModel::device_note).
+  const std::string& device_note() const;
   int32_t max_model_len() const;
 
  private:

@@ -205,9 +205,8 @@ LoadedModel LoadModel(const EngineOptions& options) {
   }
   m.max_model_len = options.max_model_len > 0 ? options.max_model_len : c.MaxContext();
   m.tokenizer = Tokenizer::Load(options.model_dir, m.files.tokenizer);
-  std::string why_cpu;  // --device auto fell back to the CPU: said once, after loading
   try {
-    m.backend = kernels::CreateBackend(options.device, options.num_threads, &why_cpu);
+    m.backend = kernels::CreateBackend(options.device, options.num_threads, &m.device_note);
   } catch (const std::runtime_error& e) {
     throw Error(e.what());
   }
@@ -256,7 +255,6 @@ LoadedModel LoadModel(const EngineOptions& options) {
     throw Error("cannot allocate " + std::to_string(bytes_per_block * layout.num_blocks) +
                 " bytes for the KV cache; lower --kv-cache-memory");
   }
-  if (!why_cpu.empty()) std::fprintf(stderr, "[tqserve] %s\n", why_cpu.c_str());
   return m;
 }
 

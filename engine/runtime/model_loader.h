@@ -36,6 +36,9 @@ struct LoadedModel {
   int32_t max_model_len = 0;
   // How the tq key statistics were obtained ("" for other KV dtypes).
   std::string kv_calibration_source;
+  // Why --device auto runs on the CPU ("" otherwise); the CLI logs it once,
+  // after its own checks, so that a start-up error stays one line.
+  std::string device_note;
 };
 
 /// Validates the options, loads config, tokenizer and weights, calibrates the

@@ -231,6 +231,7 @@ void RunServe(ServeArgs& args) {
                  engine->info().model_dir,
                  std::chrono::duration<double>(Clock::now() - load_start).count(),
                  args.http.served_model_name, engine->info().max_model_len);
+    if (!engine->info().device_note.empty()) spdlog::info("{}", engine->info().device_note);
     spdlog::info("{}", KvCacheLine(engine->info(), files.config));
   } catch (...) {
     server.Stop();
