@@ -11,6 +11,8 @@
 
 namespace tq::kernels {
 
+class BackendBuffer;
+
 /// A compute backend. Thread ownership: one backend instance is driven by one
 /// thread at a time (the engine thread); ops are synchronous from the caller's
 /// view. Pointers in params refer to memory from this backend's Allocate().
@@ -28,6 +30,16 @@ class Backend {
   /// Copies host memory into backend memory and back.
   virtual void CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
+
+  /// Returns `w` in the layout this backend's MatMul reads fastest, called
+  /// once per linear weight at load time. When it repacks, the new copy lives
+  /// in *storage (which the caller keeps as long as the view) and the caller
+  /// may free the original; when `w` is already right it returns `w` and
+  /// leaves *storage empty. The default keeps every weight as it is.
+  virtual WeightView PrepareWeight(const WeightView& w, BackendBuffer* storage) {
+    (void)storage;
+    return w;
+  }
 
   virtual void Embedding(const EmbeddingParams& p) = 0;
   virtual void RmsNorm(const RmsNormParams& p) = 0;

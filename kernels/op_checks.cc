@@ -23,6 +23,9 @@ void Present(std::string_view backend, std::string_view op, const char* field, c
 bool Dense(WeightDtype d) {
   return d == WeightDtype::kF32 || d == WeightDtype::kF16 || d == WeightDtype::kBF16;
 }
+bool Quantized(WeightDtype d) {
+  return d == WeightDtype::kInt8 || d == WeightDtype::kInt4;
+}
 
 }  // namespace
 
@@ -54,7 +57,7 @@ void CheckMatMul(std::string_view backend, const MatMulParams& p) {
   NonNegative(backend, op, "rows", p.rows);
   Positive(backend, op, "w.out_features", p.w.out_features);
   Positive(backend, op, "w.in_features", p.w.in_features);
-  if (!Dense(p.w.dtype)) {
+  if (Quantized(p.w.dtype)) {
     Positive(backend, op, "w.group_size", p.w.group_size);
     if (p.w.in_features % p.w.group_size != 0) {
       Fail(backend, op, "w.group_size does not divide w.in_features");

@@ -7,6 +7,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
+# What `make build` needs (also all the container images install, docker/).
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libsentencepiece-dev     # tokenizer.model (SentencePiece)
@@ -14,17 +15,27 @@ PACKAGES=(
   libcli11-dev             # command line
   libspdlog-dev libfmt-dev # logging (server side)
   libgtest-dev libgmock-dev
-  python3 python3-numpy python3-sentencepiece  # independent test references
   libcpp-httplib-dev       # HTTP server (daemon) and client (serving benchmark)
   prometheus-cpp-dev       # /metrics
-  prometheus               # promtool, checks /metrics in the integration tests
-  python3-jinja2           # reference renderer for the chat template tests
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # gRPC API
 )
-# node and npm run the integration tests with the real `openai` client; a
-# node installed another way (e.g. NodeSource) is used as it is.
-command -v node >/dev/null 2>&1 || PACKAGES+=(nodejs)
-command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
+# TQ_DEPS=build (the Dockerfiles) stops there: no test references, promtool,
+# kubectl, node or npm packages.
+if [ "${TQ_DEPS:-all}" != build ]; then
+  PACKAGES+=(
+    python3 python3-numpy python3-sentencepiece  # independent test references
+    prometheus               # promtool and the Prometheus server of the deploy tests
+    python3-jinja2           # reference renderer for the chat template tests
+    python3-yaml             # deploy tests: parse the rendered Kubernetes manifests
+  )
+  # node and npm run the integration tests with the real `openai` client; a
+  # node installed another way (e.g. NodeSource) is used as it is.
+  command -v node >/dev/null 2>&1 || PACKAGES+=(nodejs)
+  command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
+  # kubectl renders deploy/k8s in the deploy tests: Debian 12's kubectl 1.20
+  # (kustomize v2.0.3) when none is on PATH.
+  command -v kubectl >/dev/null 2>&1 || PACKAGES+=(kubernetes-client)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -41,7 +52,7 @@ fi
 
 # The integration tests' npm packages, exactly as package-lock.json pins them.
 INTEG="$ROOT/tests/integration"
-if [ -f "$INTEG/package-lock.json" ]; then
+if [ "${TQ_DEPS:-all}" != build ] && [ -f "$INTEG/package-lock.json" ]; then
   stamp="$INTEG/node_modules/.tqserve-lock.sha256"
   want="$(sha256sum "$INTEG/package-lock.json" | cut -d' ' -f1)"
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then

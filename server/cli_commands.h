@@ -17,7 +17,8 @@ class Generator;
 struct EngineOptions;
 
 /// Adds --kv-cache-dtype (into *kv_cache_dtype), --kv-cache-memory,
-/// --block-size, --kv-calibration-text and --kv-calibration-stats to `cmd`.
+/// --block-size, --kv-calibration-text, --kv-calibration-stats and
+/// --tensor-parallel-size to `cmd`.
 void AddKvCacheFlags(CLI::App* cmd, EngineOptions* engine, std::string* kv_cache_dtype);
 /// Parses a --kv-cache-dtype value; throws tq::Error naming the flag.
 kernels::KvDtype ParseKvDtypeFlag(const std::string& value);

@@ -1,4 +1,4 @@
-// KV cache flags shared by `generate` and `eval`.
+// KV cache and tensor-parallel flags shared by `generate`, `eval` and `serve`.
 #include <CLI/CLI.hpp>
 
 #include "engine/common/error.h"
@@ -41,6 +41,11 @@ void AddKvCacheFlags(CLI::App* cmd, EngineOptions* engine, std::string* kv_cache
                   "Text to calibrate the tq key statistics on (default: built-in text)");
   cmd->add_option("--kv-calibration-stats", engine->kv_calibration_stats,
                   "JSON file of tq key statistics: loaded if it exists, else written");
+  cmd->add_option("--tensor-parallel-size", engine->tensor_parallel_size,
+                  "Tensor-parallel ranks in this process (one thread and backend each; the CPU "
+                  "threads are split between them; docs/parallelism.md)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
 }
 
 kernels::KvDtype ParseKvDtypeFlag(const std::string& value) {

@@ -48,6 +48,13 @@ class PagedKvCache {
   }
   int32_t sink_tokens() const { return sink_tokens_; }
 
+  /// Tensor parallelism: rank 0's cache owns the caches of ranks 1..N-1 (each
+  /// the pools of that rank's KV heads, same layout and block count, so one
+  /// block table serves all ranks). Rank(0) is this cache.
+  void SetPeerRanks(std::vector<std::unique_ptr<PagedKvCache>> peers);
+  int num_ranks() const { return 1 + static_cast<int>(peers_.size()); }
+  PagedKvCache& Rank(int r) { return r == 0 ? *this : *peers_.at(static_cast<size_t>(r - 1)); }
+
  private:
   kernels::KvLayout layout_;
   std::shared_ptr<const TqCodecState> tq_;
@@ -55,6 +62,7 @@ class PagedKvCache {
   std::vector<kernels::BackendBuffer> sink_k_, sink_v_;
   std::vector<kernels::BackendBuffer> k_;
   std::vector<kernels::BackendBuffer> v_;
+  std::vector<std::unique_ptr<PagedKvCache>> peers_;
 };
 
 }  // namespace tq

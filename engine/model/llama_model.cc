@@ -4,6 +4,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/parallel/communicator.h"
+#include "engine/parallel/rank_executor.h"
+
 namespace tq {
 namespace {
 
@@ -42,15 +45,34 @@ kernels::WeightView ViewWeight(const kernels::BackendBuffer& buffer, int32_t out
   return kernels::WeightView{buffer.data(), kernels::WeightDtype::kF32, out_features, in_features};
 }
 
-LlamaModel::LlamaModel(const ModelConfig& config, LlamaWeights weights, kernels::Backend* backend)
-    : config_(config), weights_(std::move(weights)), backend_(backend) {
+LlamaModel::LlamaModel(const ModelConfig& config, LlamaWeights weights, kernels::Backend* backend,
+                       const TpPlan& plan)
+    : config_(config),
+      weights_(std::move(weights)),
+      backend_(backend),
+      plan_(plan.world_size > 1 ? plan : MakeTpPlan(config, 0, 1)) {
+  if (plan_.world_size > 1 &&
+      (plan_.comm == nullptr || plan_.comm->world_size() != plan_.world_size ||
+       plan_.comm->rank() != plan_.rank)) {
+    throw std::invalid_argument("LlamaModel: a tensor-parallel plan needs its rank's communicator");
+  }
   const std::vector<float> inv_freq = config_.RopeInvFreq();
   inv_freq_ = kernels::BackendBuffer(backend_, inv_freq.size() * sizeof(float));
   backend_->CopyToDevice(inv_freq_.data(), inv_freq.data(), inv_freq.size() * sizeof(float));
 }
 
+void LlamaModel::SetTensorParallelPeers(std::vector<LlamaModel*> peers, RankExecutor* executor) {
+  if (plan_.rank != 0 || static_cast<int>(peers.size()) + 1 != plan_.world_size ||
+      executor == nullptr || executor->world_size() != plan_.world_size) {
+    throw std::invalid_argument("SetTensorParallelPeers: rank 0 needs world_size - 1 peers");
+  }
+  peers_ = std::move(peers);
+  executor_ = executor;
+}
+
 void LlamaModel::EnsureWorkspace(int32_t num_tokens, int32_t num_logits) {
   const ModelConfig& c = config_;
+  const TpPlan& p = plan_;
   if (num_tokens > capacity_tokens_) {
     const size_t n = num_tokens;
     auto alloc = [&](size_t elems) { return kernels::BackendBuffer(backend_, elems * 4); };
@@ -60,17 +82,19 @@ void LlamaModel::EnsureWorkspace(int32_t num_tokens, int32_t num_logits) {
     slots_ = alloc(n);
     hidden_ = alloc(n * c.hidden_size);
     normed_ = alloc(n * c.hidden_size);
-    q_ = alloc(n * c.num_attention_heads * c.head_dim);
-    k_ = alloc(n * c.num_key_value_heads * c.head_dim);
-    v_ = alloc(n * c.num_key_value_heads * c.head_dim);
-    attn_ = alloc(n * c.num_attention_heads * c.head_dim);
-    gate_ = alloc(n * c.intermediate_size);
-    up_ = alloc(n * c.intermediate_size);
+    q_ = alloc(n * p.num_heads * c.head_dim);
+    k_ = alloc(n * p.num_kv_heads * c.head_dim);
+    v_ = alloc(n * p.num_kv_heads * c.head_dim);
+    attn_ = alloc(n * p.num_heads * c.head_dim);
+    gate_ = alloc(n * p.intermediate);
+    up_ = alloc(n * p.intermediate);
     capacity_tokens_ = num_tokens;
   }
   if (num_logits > capacity_logits_) {
     last_hidden_ = kernels::BackendBuffer(backend_, size_t{4} * num_logits * c.hidden_size);
-    logits_ = kernels::BackendBuffer(backend_, size_t{4} * num_logits * c.vocab_size);
+    const size_t shard = size_t{4} * num_logits * p.vocab_shard;
+    logits_ = kernels::BackendBuffer(backend_, shard);
+    if (p.world_size > 1) gathered_logits_ = kernels::BackendBuffer(backend_, shard * p.world_size);
     capacity_logits_ = num_logits;
   }
 }
@@ -78,11 +102,39 @@ void LlamaModel::EnsureWorkspace(int32_t num_tokens, int32_t num_logits) {
 void LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& cache,
                          std::vector<float>* logits) {
   CheckBatch(batch, config_, cache.layout());
+  if (cache.num_ranks() != plan_.world_size || cache.layout().num_kv_heads != plan_.num_kv_heads) {
+    throw std::invalid_argument("LlamaModel::Forward: the KV cache has " +
+                                std::to_string(cache.num_ranks()) + " rank(s) of " +
+                                std::to_string(cache.layout().num_kv_heads) +
+                                " KV heads; the model needs " + std::to_string(plan_.world_size) +
+                                " of " + std::to_string(plan_.num_kv_heads));
+  }
+  logits->assign(batch.logit_indices.size() * static_cast<size_t>(config_.vocab_size), 0.0f);
+  if (batch.num_tokens() == 0) return;
+  if (executor_ == nullptr) {
+    ForwardRank(batch, cache, logits);
+    return;
+  }
+  executor_->Run([&](int rank) {
+    if (rank == 0) {
+      ForwardRank(batch, cache, logits);
+    } else {
+      peers_[static_cast<size_t>(rank - 1)]->ForwardRank(batch, cache.Rank(rank), nullptr);
+    }
+  });
+}
+
+void LlamaModel::AllReduceHidden(int32_t num_tokens) {
+  if (plan_.world_size == 1) return;
+  plan_.comm->AllReduceSum(hidden_.data(), static_cast<size_t>(num_tokens) * config_.hidden_size,
+                           CommDtype::kF32);
+}
+
+void LlamaModel::ForwardRank(const ForwardBatch& batch, PagedKvCache& cache,
+                             std::vector<float>* logits) {
   const ModelConfig& c = config_;
   const int32_t n = batch.num_tokens();
   const int32_t num_logits = static_cast<int32_t>(batch.logit_indices.size());
-  logits->assign(static_cast<size_t>(num_logits) * c.vocab_size, 0.0f);
-  if (n == 0) return;
   EnsureWorkspace(n, num_logits);
 
   auto upload = [&](kernels::BackendBuffer& dst, const std::vector<int32_t>& src) {
@@ -117,18 +169,37 @@ void LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& cache,
          weights_.norm.as<float>(), last + static_cast<size_t>(i) * c.hidden_size, 1, c.hidden_size,
          static_cast<float>(c.rms_norm_eps)});
   }
-  kernels::WeightView lm_head{weights_.LmHead(), kernels::WeightDtype::kF32, c.vocab_size,
-                              c.hidden_size};
+  const int32_t shard = plan_.vocab_shard;
+  kernels::WeightView lm_head{weights_.LmHead(), kernels::WeightDtype::kF32, shard, c.hidden_size};
   backend_->MatMul({last, lm_head, logits_.as<float>(), num_logits, false});
-  backend_->CopyToHost(logits->data(), logits_.data(), logits->size() * sizeof(float));
+  if (plan_.world_size == 1) {
+    if (logits)
+      backend_->CopyToHost(logits->data(), logits_.data(), logits->size() * sizeof(float));
+    return;
+  }
+  // [rank][row][shard] -> [row][vocab], dropping the last shard's padding.
+  const size_t per_rank = static_cast<size_t>(num_logits) * shard;
+  plan_.comm->AllGather(logits_.data(), gathered_logits_.data(), per_rank, CommDtype::kF32);
+  if (!logits) return;
+  gathered_host_.resize(per_rank * plan_.world_size);
+  backend_->CopyToHost(gathered_host_.data(), gathered_logits_.data(),
+                       gathered_host_.size() * sizeof(float));
+  for (int r = 0; r < plan_.world_size; ++r) {
+    const int32_t first = shard * r;
+    const int32_t rows = std::max(0, std::min(shard, c.vocab_size - first));
+    for (int32_t i = 0; i < num_logits; ++i) {
+      const float* src = gathered_host_.data() + r * per_rank + static_cast<size_t>(i) * shard;
+      std::copy(src, src + rows, logits->data() + static_cast<size_t>(i) * c.vocab_size + first);
+    }
+  }
 }
 
 void LlamaModel::Attention(int32_t layer, const ForwardBatch& batch, PagedKvCache& cache) {
   const ModelConfig& c = config_;
   const LlamaLayerWeights& w = weights_.layers[layer];
   const int32_t n = batch.num_tokens();
-  const int32_t q_dim = c.num_attention_heads * c.head_dim;
-  const int32_t kv_dim = c.num_key_value_heads * c.head_dim;
+  const int32_t q_dim = plan_.num_heads * c.head_dim;
+  const int32_t kv_dim = plan_.num_kv_heads * c.head_dim;
   const float* x = normed_.as<float>();
 
   backend_->MatMul({x, ViewWeight(w.q_proj, q_dim, c.hidden_size), q_.as<float>(), n, false});
@@ -140,11 +211,11 @@ void LlamaModel::Attention(int32_t layer, const ForwardBatch& batch, PagedKvCach
     key_observer_(layer, observed_keys_.data(), n);
   }
   backend_->Rope({q_.as<float>(), positions_.as<int32_t>(), inv_freq_.as<float>(), n,
-                  c.num_attention_heads, c.head_dim, 1.0f});
+                  plan_.num_heads, c.head_dim, 1.0f});
   // tq formats store keys before RoPE and rotate them inside attention.
   if (!kernels::KvStoresPreRopeKeys(cache.layout().dtype)) {
     backend_->Rope({k_.as<float>(), positions_.as<int32_t>(), inv_freq_.as<float>(), n,
-                    c.num_key_value_heads, c.head_dim, 1.0f});
+                    plan_.num_kv_heads, c.head_dim, 1.0f});
   }
 
   const kernels::KvLayerView view = cache.Layer(layer);
@@ -157,28 +228,31 @@ void LlamaModel::Attention(int32_t layer, const ForwardBatch& batch, PagedKvCach
   p.token_pos = positions_.as<int32_t>();
   p.block_tables = block_tables_.as<int32_t>();
   p.num_tokens = n;
-  p.num_heads = c.num_attention_heads;
+  p.num_heads = plan_.num_heads;
   p.max_blocks_per_seq = batch.max_blocks_per_seq;
   p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   p.cache = view;
   backend_->PagedAttention(p);
-  // Residual add fused into o_proj.
+  // Residual add fused into o_proj. Under TP rank 0 adds its partial sum to
+  // the residual and the others overwrite their copy of it with theirs, so the
+  // all-reduce yields residual + o_proj(attn) with no extra buffer.
   backend_->MatMul({attn_.as<float>(), ViewWeight(w.o_proj, c.hidden_size, q_dim),
-                    hidden_.as<float>(), n, true});
+                    hidden_.as<float>(), n, plan_.rank == 0});
+  AllReduceHidden(n);
 }
 
 void LlamaModel::Mlp(int32_t layer, int32_t n) {
   const ModelConfig& c = config_;
   const LlamaLayerWeights& w = weights_.layers[layer];
   const float* x = normed_.as<float>();
-  backend_->MatMul({x, ViewWeight(w.gate_proj, c.intermediate_size, c.hidden_size),
-                    gate_.as<float>(), n, false});
-  backend_->MatMul(
-      {x, ViewWeight(w.up_proj, c.intermediate_size, c.hidden_size), up_.as<float>(), n, false});
-  backend_->SiluMul(
-      {gate_.as<float>(), up_.as<float>(), gate_.as<float>(), n, c.intermediate_size});
-  backend_->MatMul({gate_.as<float>(), ViewWeight(w.down_proj, c.hidden_size, c.intermediate_size),
-                    hidden_.as<float>(), n, true});
+  const int32_t inter = plan_.intermediate;
+  backend_->MatMul({x, ViewWeight(w.gate_proj, inter, c.hidden_size), gate_.as<float>(), n, false});
+  backend_->MatMul({x, ViewWeight(w.up_proj, inter, c.hidden_size), up_.as<float>(), n, false});
+  backend_->SiluMul({gate_.as<float>(), up_.as<float>(), gate_.as<float>(), n, inter});
+  // Residual as in Attention (rank 0 accumulates, the all-reduce sums).
+  backend_->MatMul({gate_.as<float>(), ViewWeight(w.down_proj, c.hidden_size, inter),
+                    hidden_.as<float>(), n, plan_.rank == 0});
+  AllReduceHidden(n);
 }
 
 }  // namespace tq

@@ -8,9 +8,12 @@
 #include "engine/kv/kv_cache.h"
 #include "engine/model/llama_weights.h"
 #include "engine/model/model_config.h"
+#include "engine/parallel/tp_plan.h"
 #include "kernels/backend.h"
 
 namespace tq {
+
+class RankExecutor;
 
 /// Inputs of one forward step: the new tokens of every scheduled sequence,
 /// flattened (varlen), with where each goes in the paged cache. Built by the
@@ -33,9 +36,21 @@ struct ForwardBatch {
 /// [RMSNorm, GQA attention with RoPE, residual, RMSNorm, SwiGLU MLP,
 /// residual], final RMSNorm, lm_head. Thread ownership: the engine thread;
 /// Forward is not reentrant (it reuses activation buffers).
+///
+/// Tensor parallelism (docs/parallelism.md): each rank has its own LlamaModel
+/// with its TpPlan, weight slices (LoadLlamaWeights with the plan), backend and
+/// KV cache of its KV heads; o_proj and down_proj outputs are all-reduced over
+/// plan.comm and the lm_head shards' logits all-gathered. Rank 0's model is
+/// the one the runtime calls: after SetTensorParallelPeers its Forward runs the
+/// same batch on every rank's thread (RankExecutor) with cache.Rank(r).
 class LlamaModel {
  public:
-  LlamaModel(const ModelConfig& config, LlamaWeights weights, kernels::Backend* backend);
+  LlamaModel(const ModelConfig& config, LlamaWeights weights, kernels::Backend* backend,
+             const TpPlan& plan = {});
+
+  /// Rank 0 only: peers[r - 1] is rank r's model; `executor` runs the ranks.
+  /// Non-owning; both must outlive this model's Forward calls.
+  void SetTensorParallelPeers(std::vector<LlamaModel*> peers, RankExecutor* executor);
 
   /// Runs the batch, writing each token's K/V into `cache`, and returns the
   /// logits of batch.logit_indices in *logits ([logit_indices.size(), vocab],
@@ -44,7 +59,8 @@ class LlamaModel {
   void Forward(const ForwardBatch& batch, PagedKvCache& cache, std::vector<float>* logits);
 
   /// Called in Forward with each layer's keys before RoPE: (layer, k_pre_rope
-  /// [num_tokens, num_kv_heads, head_dim] host fp32, num_tokens). Used to
+  /// [num_tokens, num_kv_heads, head_dim] host fp32, num_tokens); under TP
+  /// the rank's KV heads, called on the rank's thread. Used to
   /// calibrate the per-channel key normalization of the tq KV formats. The
   /// keys are copied to host memory first (any backend).
   using KeyObserver = std::function<void(int32_t layer, const float* keys, int32_t num_tokens)>;
@@ -52,8 +68,13 @@ class LlamaModel {
 
   const ModelConfig& config() const { return config_; }
   const LlamaWeights& weights() const { return weights_; }
+  const TpPlan& tp_plan() const { return plan_; }
 
  private:
+  // One rank's forward pass; logits may be null (ranks other than 0).
+  void ForwardRank(const ForwardBatch& batch, PagedKvCache& cache, std::vector<float>* logits);
+  // TP: sums the row-parallel partial outputs in hidden_ across ranks.
+  void AllReduceHidden(int32_t num_tokens);
   void EnsureWorkspace(int32_t num_tokens, int32_t num_logits);
   void Attention(int32_t layer, const ForwardBatch& batch, PagedKvCache& cache);
   void Mlp(int32_t layer, int32_t num_tokens);
@@ -61,6 +82,9 @@ class LlamaModel {
   ModelConfig config_;
   LlamaWeights weights_;
   kernels::Backend* backend_;
+  TpPlan plan_;
+  std::vector<LlamaModel*> peers_;
+  RankExecutor* executor_ = nullptr;
   kernels::BackendBuffer inv_freq_;  // [head_dim / 2]
   KeyObserver key_observer_;
   std::vector<float> observed_keys_;  // host copy of the keys for key_observer_
@@ -70,7 +94,8 @@ class LlamaModel {
   int32_t capacity_logits_ = 0;
   kernels::BackendBuffer ids_, positions_, token_seq_, slots_, block_tables_;
   kernels::BackendBuffer hidden_, normed_, q_, k_, v_, attn_, gate_, up_;
-  kernels::BackendBuffer last_hidden_, logits_;
+  kernels::BackendBuffer last_hidden_, logits_, gathered_logits_;
+  std::vector<float> gathered_host_;  // TP rank 0: the all-gathered logit shards
 };
 
 /// Wraps weights in a kernels::WeightView.

@@ -37,16 +37,20 @@ EngineInfo DescribeEngine(const EngineOptions& options, const LoadedModel& m) {
   info.kv_cache_dtype = std::string(kernels::KvDtypeName(layout.dtype));
   info.block_size = layout.block_size;
   info.num_kv_blocks = layout.num_blocks;
+  // Every rank's pool has the same layout (its own KV heads).
+  const int world = m.tensor_parallel_size();
   info.kv_bytes_per_block =
-      PagedKvCache::BytesPerBlock(m.cache->num_layers(), layout, m.cache->sink_tokens());
-  info.kv_cache_bytes = m.cache->total_bytes();
+      world * PagedKvCache::BytesPerBlock(m.cache->num_layers(), layout, m.cache->sink_tokens());
+  info.kv_cache_bytes = world * m.cache->total_bytes();
   info.kv_capacity_tokens = static_cast<int64_t>(layout.num_blocks) * layout.block_size;
   info.max_model_len = m.max_model_len;
   info.max_num_seqs = options.max_num_seqs;
   info.max_num_batched_tokens = options.max_num_batched_tokens;
   info.vocab_size = m.files.config.vocab_size;
-  info.weight_bytes["fp32"] =
-      m.model->weights().total_bytes;  // widened at load (see llama_weights.h)
+  info.ranks = DescribeRanks(m);
+  for (const RankMemory& r : info.ranks) {
+    info.weight_bytes["fp32"] += r.weight_bytes;  // widened at load (see llama_weights.h)
+  }
   info.kv_calibration_source = m.kv_calibration_source;
   info.device = std::string(m.backend->Name());
   info.device_note = m.device_note;

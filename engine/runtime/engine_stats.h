@@ -5,12 +5,22 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "engine/runtime/request.h"
 
 namespace tq {
 
 /// Fixed facts about the loaded engine (they do not change after start-up).
+/// What one tensor-parallel rank holds (the start-up log line per rank and
+/// the per-rank memory metrics).
+struct RankMemory {
+  int rank = 0;
+  size_t weight_bytes = 0;         // backend bytes of the rank's weights
+  size_t kv_cache_bytes = 0;       // the rank's KV pool (its KV heads)
+  int64_t kv_capacity_tokens = 0;  // tokens the pool holds (the same on every rank)
+};
+
 struct EngineInfo {
   std::string model_dir;
   std::string kv_cache_dtype;  // "tq3", "fp16", ...
@@ -26,6 +36,8 @@ struct EngineInfo {
   std::map<std::string, size_t> weight_bytes;  // by precision ("fp32", "fp16", "int4", ...)
   std::string kv_calibration_source;
   std::string device = "cpu";
+  // Tensor-parallel ranks; the byte counts above are their sums.
+  std::vector<RankMemory> ranks;
   std::string device_note;  // why --device auto runs on the CPU; "" otherwise
 };
 

@@ -35,6 +35,9 @@ struct EngineOptions {
   std::string kv_calibration_text;   // text file to calibrate on; "" = built-in text
   std::string kv_calibration_stats;  // JSON: loaded when it exists, else written after calibrating
   int32_t kv_sink_tokens = 0;        // tq: first N positions also kept exact (attention sink)
+  // Ranks of one tensor-parallel group in this process (docs/parallelism.md);
+  // num_threads is split between them.
+  int32_t tensor_parallel_size = 1;
   // Compute device (--device); the CLI defaults to auto, library users to the CPU.
   kernels::DeviceKind device = kernels::DeviceKind::kCpu;
   // GPU backends: fraction of the device's total memory the server may hold

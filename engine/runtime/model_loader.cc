@@ -11,6 +11,7 @@
 #include "engine/common/error.h"
 #include "engine/kv/kv_calibration.h"
 #include "engine/model/llama_weights.h"
+#include "engine/parallel/cpu_communicator.h"
 
 namespace tq {
 namespace {
@@ -23,6 +24,9 @@ void CheckOptions(const EngineOptions& options) {
   if (options.max_num_batched_tokens <= 0) throw Error("--max-num-batched-tokens must be positive");
   if (options.max_num_seqs <= 0) throw Error("--max-num-seqs must be positive");
   if (options.max_model_len < 0) throw Error("--max-model-len must be >= 0 (0 = the model's)");
+  if (options.tensor_parallel_size < 1 || options.tensor_parallel_size > 64) {
+    throw Error("--tensor-parallel-size must be in [1, 64]");
+  }
   if (options.kv_sink_tokens < 0 || options.kv_sink_tokens > 8 ||
       options.kv_sink_tokens > options.block_size ||
       (options.kv_sink_tokens > 0 && !kernels::KvStoresPreRopeKeys(options.kv_cache_dtype))) {
@@ -78,13 +82,91 @@ std::string ModelFingerprint(const LoadedModel& m) {
   };
   const int32_t shape[] = {c.num_hidden_layers, c.num_key_value_heads, c.head_dim, c.hidden_size};
   mix(shape, sizeof(shape));
-  const kernels::BackendBuffer& k_proj = m.model->weights().layers.at(0).k_proj;
-  std::vector<uint8_t> host(k_proj.bytes());
-  m.backend->CopyToHost(host.data(), k_proj.data(), host.size());
-  mix(host.data(), host.size());
+  // The whole k_proj in row order: under TP each KV head once, from its first rank.
+  int32_t next_head = 0;
+  for (int r = 0; r < m.tensor_parallel_size(); ++r) {
+    const TpPlan& plan = m.rank_model(r).tp_plan();
+    const kernels::BackendBuffer& k_proj = m.rank_model(r).weights().layers.at(0).k_proj;
+    std::vector<uint8_t> host(k_proj.bytes());
+    m.rank_backend(r).CopyToHost(host.data(), k_proj.data(), host.size());
+    const size_t head_bytes = host.size() / plan.num_kv_heads;
+    for (int32_t h = 0; h < plan.num_kv_heads; ++h) {
+      if (plan.first_kv_head + h != next_head) continue;
+      mix(host.data() + h * head_bytes, head_bytes);
+      ++next_head;
+    }
+  }
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
   return hex;
+}
+
+// Rank 0's cache of `layout` (the rank's KV heads) owning those of ranks
+// 1..N-1; tq[r] is rank r's codec state (empty for non-tq dtypes).
+std::unique_ptr<PagedKvCache> MakeRankCaches(
+    const LoadedModel& m, const kernels::KvLayout& layout,
+    const std::vector<std::shared_ptr<const TqCodecState>>& tq, int32_t sink_tokens) {
+  const int32_t layers = m.files.config.num_hidden_layers;
+  auto rank_tq = [&](int r) { return tq.empty() ? nullptr : tq[r]; };
+  auto cache =
+      std::make_unique<PagedKvCache>(m.backend.get(), layers, layout, rank_tq(0), sink_tokens);
+  std::vector<std::unique_ptr<PagedKvCache>> peers;
+  for (int r = 1; r < m.tensor_parallel_size(); ++r) {
+    peers.push_back(std::make_unique<PagedKvCache>(&m.rank_backend(r), layers, layout, rank_tq(r),
+                                                   sink_tokens));
+  }
+  cache->SetPeerRanks(std::move(peers));
+  return cache;
+}
+
+// The ranks' statistics of their KV heads as one [layers][all KV heads][head_dim]
+// set (a replicated head's ranks saw the same keys; the last one is kept).
+KeyChannelStats MergeRankKeyStats(const LoadedModel& m, const std::vector<KeyStatsAccumulator>& acc,
+                                  const std::string& source) {
+  const ModelConfig& c = m.files.config;
+  KeyChannelStats all;
+  all.num_layers = c.num_hidden_layers;
+  all.num_kv_heads = c.num_key_value_heads;
+  all.head_dim = c.head_dim;
+  all.source = source;
+  if (acc.size() == 1) return acc[0].Finish(source);
+  const size_t hd = c.head_dim;
+  all.mean.resize(static_cast<size_t>(all.num_layers) * all.num_kv_heads * hd);
+  all.scale.resize(all.mean.size());
+  for (size_t r = 0; r < acc.size(); ++r) {
+    const KeyChannelStats part = acc[r].Finish(source);
+    const TpPlan& plan = m.rank_model(static_cast<int>(r)).tp_plan();
+    all.num_tokens = r == 0 ? part.num_tokens : std::min(all.num_tokens, part.num_tokens);
+    for (int32_t l = 0; l < all.num_layers; ++l) {
+      for (int32_t h = 0; h < plan.num_kv_heads; ++h) {
+        const size_t src = (static_cast<size_t>(l) * plan.num_kv_heads + h) * hd;
+        const size_t dst =
+            (static_cast<size_t>(l) * all.num_kv_heads + plan.first_kv_head + h) * hd;
+        std::copy_n(part.mean.begin() + src, hd, all.mean.begin() + dst);
+        std::copy_n(part.scale.begin() + src, hd, all.scale.begin() + dst);
+      }
+    }
+  }
+  return all;
+}
+
+// Rank r's codec state: the statistics of its KV heads only.
+std::shared_ptr<const TqCodecState> RankCodecState(const LoadedModel& m, kernels::KvDtype dtype,
+                                                   const KeyChannelStats& stats, int r) {
+  const ModelConfig& c = m.files.config;
+  const TpPlan& plan = m.rank_model(r).tp_plan();
+  ModelConfig local = c;
+  local.num_key_value_heads = plan.num_kv_heads;
+  const size_t hd = c.head_dim;
+  std::vector<float> mean, scale;
+  for (int32_t l = 0; l < c.num_hidden_layers; ++l) {
+    const size_t first = (static_cast<size_t>(l) * c.num_key_value_heads + plan.first_kv_head) * hd;
+    const size_t n = plan.num_kv_heads * hd;
+    mean.insert(mean.end(), stats.mean.begin() + first, stats.mean.begin() + first + n);
+    scale.insert(scale.end(), stats.scale.begin() + first, stats.scale.begin() + first + n);
+  }
+  return std::make_shared<TqCodecState>(local, dtype, m.max_model_len, std::move(mean),
+                                        std::move(scale));
 }
 
 std::string ReadCalibrationText(const std::string& path) {
@@ -128,30 +210,39 @@ KeyChannelStats CalibrateKeys(LoadedModel& m, const EngineOptions& options) {
   kernels::KvLayout layout;
   layout.dtype = kernels::KvDtype::kF32;
   layout.block_size = options.block_size;
-  layout.num_kv_heads = c.num_key_value_heads;
+  layout.num_kv_heads = m.model->tp_plan().num_kv_heads;
   layout.head_dim = c.head_dim;
   layout.num_blocks =
       (static_cast<int32_t>(tokens.size()) + layout.block_size - 1) / layout.block_size;
-  PagedKvCache cache(m.backend.get(), c.num_hidden_layers, layout);
+  std::unique_ptr<PagedKvCache> cache = MakeRankCaches(m, layout, {}, 0);
   BlockPool pool(layout.num_blocks);
   BlockTable table(layout.block_size);
   table.EnsureCapacity(pool, static_cast<int32_t>(tokens.size()));
 
-  KeyStatsAccumulator acc(c.num_hidden_layers, c.num_key_value_heads, c.head_dim);
-  m.model->SetKeyObserver(
-      [&](int32_t layer, const float* keys, int32_t n) { acc.Add(layer, keys, n); });
+  // One accumulator per rank (its KV heads, fed on its thread).
+  const int world = m.tensor_parallel_size();
+  std::vector<KeyStatsAccumulator> acc;
+  acc.reserve(world);
+  for (int r = 0; r < world; ++r) {
+    acc.emplace_back(c.num_hidden_layers, layout.num_kv_heads, c.head_dim);
+    m.rank_model(r).SetKeyObserver(
+        [&acc, r](int32_t layer, const float* keys, int32_t n) { acc[r].Add(layer, keys, n); });
+  }
+  auto clear_observers = [&] {  // the observers refer to this frame
+    for (int r = 0; r < world; ++r) m.rank_model(r).SetKeyObserver(nullptr);
+  };
   std::vector<float> logits;
   try {
-    PrefillSequence(*m.model, cache, table, tokens, 0, options.max_num_batched_tokens, false,
+    PrefillSequence(*m.model, *cache, table, tokens, 0, options.max_num_batched_tokens, false,
                     &logits);
   } catch (...) {
-    m.model->SetKeyObserver(nullptr);  // the observer refers to this frame
+    clear_observers();
     throw;
   }
-  m.model->SetKeyObserver(nullptr);
+  clear_observers();
   table.Release(pool);
 
-  KeyChannelStats stats = acc.Finish(text_name);
+  KeyChannelStats stats = MergeRankKeyStats(m, acc, text_name);
   stats.model_fingerprint = ModelFingerprint(m);
   m.kv_calibration_source =
       "calibrated on " + text_name + " (" + std::to_string(tokens.size()) + " tokens)";
@@ -205,18 +296,55 @@ LoadedModel LoadModel(const EngineOptions& options) {
   }
   m.max_model_len = options.max_model_len > 0 ? options.max_model_len : c.MaxContext();
   m.tokenizer = Tokenizer::Load(options.model_dir, m.files.tokenizer);
-  try {
-    m.backend = kernels::CreateBackend(options.device, options.num_threads, &m.device_note);
-  } catch (const std::runtime_error& e) {
-    throw Error(e.what());
+  // Tensor parallelism: the cores are split between the ranks.
+  const int world = options.tensor_parallel_size;
+  const int threads = std::max(1, kernels::CpuThreadCount(options.num_threads) / world);
+  auto load_rank = [&](kernels::Backend* backend, int rank) {
+    TpPlan plan = MakeTpPlan(c, rank, world);
+    if (m.tp) plan.comm = m.tp->comms[rank].get();
+    return std::make_unique<LlamaModel>(c, LoadLlamaWeights(options.model_dir, c, backend, plan),
+                                        backend, plan);
+  };
+  MakeTpPlan(c, 0, world);  // a model that cannot be split fails before any loading
+  if (world == 1) {
+    try {
+      m.backend = kernels::CreateBackend(options.device, threads, &m.device_note);
+    } catch (const std::runtime_error& e) {
+      throw Error(e.what());
+    }
+  } else if (options.device == kernels::DeviceKind::kCuda) {
+    throw Error(
+        "--device cuda: --tensor-parallel-size > 1 runs on the CPU only for now (no CUDA "
+        "communicator yet)");
+  } else {
+    m.backend = kernels::CreateCpuBackend(threads);
+    if (kernels::ResolvesToCuda(options.device)) {
+      m.device_note = "--device auto: --tensor-parallel-size " + std::to_string(world) +
+                      " runs on the CPU (no CUDA communicator yet)";
+    }
   }
-  m.model = std::make_unique<LlamaModel>(c, LoadLlamaWeights(options.model_dir, c, m.backend.get()),
-                                         m.backend.get());
+  if (world > 1) {
+    m.tp = std::make_unique<TensorParallelGroup>();
+    m.tp->comms = CreateCpuCommunicators(world);
+    std::vector<Communicator*> comms;
+    for (const auto& comm : m.tp->comms) comms.push_back(comm.get());
+    m.tp->executor = std::make_unique<RankExecutor>(world, comms);
+  }
+  m.model = load_rank(m.backend.get(), 0);
+  if (m.tp) {
+    std::vector<LlamaModel*> peers;
+    for (int r = 1; r < world; ++r) {
+      m.tp->backends.push_back(kernels::CreateCpuBackend(threads));
+      m.tp->models.push_back(load_rank(m.tp->backends.back().get(), r));
+      peers.push_back(m.tp->models.back().get());
+    }
+    m.model->SetTensorParallelPeers(std::move(peers), m.tp->executor.get());
+  }
 
   kernels::KvLayout layout;
   layout.dtype = options.kv_cache_dtype;
   layout.block_size = options.block_size;
-  layout.num_kv_heads = c.num_key_value_heads;
+  layout.num_kv_heads = m.model->tp_plan().num_kv_heads;
   layout.head_dim = c.head_dim;
   const int32_t blocks_for_one_seq = (m.max_model_len + layout.block_size - 1) / layout.block_size;
   const size_t bytes_per_block =
@@ -242,20 +370,35 @@ LoadedModel LoadModel(const EngineOptions& options) {
                 " (needs " + std::to_string(bytes_per_block * blocks_for_one_seq) +
                 " bytes); raise it or lower --max-model-len");
   }
-  std::shared_ptr<const TqCodecState> tq;
+  std::vector<std::shared_ptr<const TqCodecState>> tq;
   if (kernels::KvStoresPreRopeKeys(layout.dtype)) {
-    KeyChannelStats stats = CalibrateKeys(m, options);
-    tq = std::make_shared<TqCodecState>(c, layout.dtype, m.max_model_len, std::move(stats.mean),
-                                        std::move(stats.scale));
+    const KeyChannelStats stats = CalibrateKeys(m, options);
+    for (int r = 0; r < world; ++r) tq.push_back(RankCodecState(m, layout.dtype, stats, r));
   }
   try {
-    m.cache = std::make_unique<PagedKvCache>(m.backend.get(), c.num_hidden_layers, layout, tq,
-                                             options.kv_sink_tokens);
+    m.cache = MakeRankCaches(m, layout, tq, options.kv_sink_tokens);
   } catch (const std::bad_alloc&) {
     throw Error("cannot allocate " + std::to_string(bytes_per_block * layout.num_blocks) +
                 " bytes for the KV cache; lower --kv-cache-memory");
   }
   return m;
+}
+
+std::vector<RankMemory> DescribeRanks(const LoadedModel& m) {
+  std::vector<RankMemory> out;
+  for (int r = 0; r < m.tensor_parallel_size(); ++r) {
+    RankMemory rm;
+    rm.rank = r;
+    rm.weight_bytes = m.rank_model(r).weights().total_bytes;
+    if (m.cache) {
+      const PagedKvCache& cache = m.cache->Rank(r);
+      rm.kv_cache_bytes = cache.total_bytes();
+      rm.kv_capacity_tokens =
+          static_cast<int64_t>(cache.layout().num_blocks) * cache.layout().block_size;
+    }
+    out.push_back(rm);
+  }
+  return out;
 }
 
 }  // namespace tq

@@ -11,6 +11,8 @@
 #include "engine/kv/kv_cache.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model_config.h"
+#include "engine/parallel/tp_group.h"
+#include "engine/runtime/engine_stats.h"
 #include "engine/runtime/generator.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "kernels/backend.h"
@@ -20,7 +22,8 @@ namespace tq {
 /// A loaded model: files, backend, tokenizer, weights and the paged KV cache
 /// memory (its block pool is the caller's: Generator or the scheduler). Thread
 /// ownership: the engine thread; tokenizer() and files are safe to read from
-/// any thread.
+/// any thread. Under tensor parallelism backend/model/cache are rank 0's and
+/// drive the other ranks (held in tp) themselves; see docs/parallelism.md.
 struct LoadedModel {
   LoadedModel() = default;
   LoadedModel(LoadedModel&&) = default;
@@ -30,6 +33,7 @@ struct LoadedModel {
 
   ModelFiles files;
   std::unique_ptr<kernels::Backend> backend;
+  std::unique_ptr<TensorParallelGroup> tp;  // null for --tensor-parallel-size 1
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<LlamaModel> model;
   std::unique_ptr<PagedKvCache> cache;
@@ -39,12 +43,26 @@ struct LoadedModel {
   // Why --device auto runs on the CPU ("" otherwise); the CLI logs it once,
   // after its own checks, so that a start-up error stays one line.
   std::string device_note;
+
+  int tensor_parallel_size() const { return tp ? tp->world_size() : 1; }
+  /// Rank r's model and backend (r = 0: model / backend).
+  LlamaModel& rank_model(int r) const { return r == 0 ? *model : *tp->models.at(r - 1); }
+  kernels::Backend& rank_backend(int r) const {
+    return r == 0 ? *backend : *tp->backends.at(r - 1);
+  }
 };
+
+/// Each rank's weights and KV pool (one entry without tensor parallelism).
+std::vector<RankMemory> DescribeRanks(const LoadedModel& m);
 
 /// Validates the options, loads config, tokenizer and weights, calibrates the
 /// tq key statistics when the KV dtype needs them, and allocates the KV pool
 /// (options.kv_cache_memory bytes; 0 = one max_model_len sequence; it must
-/// hold at least one, as in vLLM). Throws tq::Error naming the flag or file.
+/// hold at least one, as in vLLM). With options.tensor_parallel_size N > 1,
+/// builds N CPU ranks (each num_threads / N compute threads, its weight
+/// slices, and a pool of its KV heads sized by kv_cache_memory, so the budget
+/// is per rank as --gpu-memory-utilization is per GPU). Throws tq::Error
+/// naming the flag or file.
 LoadedModel LoadModel(const EngineOptions& options);
 
 /// Runs tokens[begin, end) of one sequence (positions before `begin` already

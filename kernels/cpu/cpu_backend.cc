@@ -11,6 +11,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/weight_decode.h"
 #include "kernels/half.h"
 
 namespace tq::kernels {
@@ -39,16 +40,7 @@ class CpuBackend final : public Backend {
     std::memcpy(dst, src, bytes);
   }
 
-  void Embedding(const EmbeddingParams& p) override {
-    if (p.table_dtype != WeightDtype::kF32) {
-      throw std::invalid_argument("cpu Embedding: only fp32 tables are implemented");
-    }
-    const float* table = static_cast<const float*>(p.table);
-    for (int32_t t = 0; t < p.num_tokens; ++t) {
-      std::memcpy(p.out + static_cast<size_t>(t) * p.hidden,
-                  table + static_cast<size_t>(p.ids[t]) * p.hidden, sizeof(float) * p.hidden);
-    }
-  }
+  void Embedding(const EmbeddingParams& p) override { cpu::Embedding(p, pool_); }
 
   void RmsNorm(const RmsNormParams& p) override {
     pool_.ParallelFor(p.rows, 16, [&](int64_t begin, int64_t end) {
@@ -63,11 +55,28 @@ class CpuBackend final : public Backend {
     });
   }
 
+  WeightView PrepareWeight(const WeightView& w, BackendBuffer* storage) override {
+    if (w.dtype != WeightDtype::kF32) return w;
+    *storage = BackendBuffer(this, cpu::F32PanelsBytes(w.out_features, w.in_features));
+    cpu::PackF32Panels(static_cast<const float*>(w.data), w.out_features, w.in_features,
+                       storage->as<float>());
+    WeightView packed = w;
+    packed.data = storage->data();
+    packed.dtype = WeightDtype::kF32Panels;
+    return packed;
+  }
+
   void MatMul(const MatMulParams& p) override {
-    if (p.w.dtype != WeightDtype::kF32) {
-      throw std::invalid_argument("cpu MatMul: only fp32 weights are implemented");
+    cpu::ValidateWeightView(p.w, "cpu MatMul");
+    switch (p.w.dtype) {
+      case WeightDtype::kF32:
+        return cpu::MatMul(p, pool_);
+      case WeightDtype::kF32Panels:
+        return cpu::MatMulF32Panels(p, pool_);
+      default:
+        if (cpu::GemvSupported(p)) return cpu::Gemv(p, pool_);
+        return cpu::MatMulPacked(p, pool_);
     }
-    cpu::MatMul(p, pool_);
   }
 
   void Rope(const RopeParams& p) override {

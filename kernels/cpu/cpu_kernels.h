@@ -1,6 +1,8 @@
 // CPU kernel entry points shared by the CPU backend's translation units.
 #pragma once
 
+#include <cstddef>
+
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/op_params.h"
 
@@ -8,6 +10,34 @@ namespace tq::kernels::cpu {
 
 /// out = x · Wᵀ, register-blocked and split over output features.
 void MatMul(const MatMulParams& p, ThreadPool& pool);
+
+/// Bytes of a kF32Panels copy of an [out_features, in_features] weight.
+size_t F32PanelsBytes(int32_t out_features, int32_t in_features);
+
+/// Packs fp32 w [out_features, in_features] into kF32Panels layout (op_params.h);
+/// `packed` holds F32PanelsBytes().
+void PackF32Panels(const float* w, int32_t out_features, int32_t in_features, float* packed);
+
+/// out = x · Wᵀ for a kF32Panels weight (outer-product micro-kernel).
+void MatMulF32Panels(const MatMulParams& p, ThreadPool& pool);
+
+/// out = x · Wᵀ for f16, bf16, int8 and int4 weights (validated by the
+/// caller): decodes a cache-sized block of W rows per thread at a time and
+/// gives the same bits as MatMul on the dequantized weights.
+void MatMulPacked(const MatMulParams& p, ThreadPool& pool);
+
+/// Whether Gemv handles p: one row of x and f16/bf16 weights, or int8/int4
+/// weights whose groups are whole SIMD chunks (group_size a multiple of 16 on
+/// AVX-512 builds, of 8 otherwise).
+bool GemvSupported(const MatMulParams& p);
+
+/// The decode GEMV for packed weights, decoding into registers; same bits as
+/// MatMulPacked. Requires GemvSupported(p).
+void Gemv(const MatMulParams& p, ThreadPool& pool);
+
+/// out[t] = table[ids[t]] widened to fp32, for f32, f16 and bf16 tables;
+/// throws std::invalid_argument for an id outside [0, vocab) or another dtype.
+void Embedding(const EmbeddingParams& p, ThreadPool& pool);
 
 /// Paged causal GQA attention; split over (token, KV head) pairs.
 void PagedAttention(const PagedAttentionParams& p, ThreadPool& pool);

@@ -17,6 +17,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/quant_gemm.h"
 #include "kernels/op_checks.h"
 #include "kernels/tq/rotation.h"
 
@@ -122,6 +123,7 @@ class CudaBackend final : public Backend {
     cuda::LaunchKvWrite(p, tq, stream_);
   }
   void PagedAttention(const PagedAttentionParams& p) override;
+  void QuantMatMul(const MatMulParams& p);
 
  private:
   struct Mirror {
@@ -279,12 +281,14 @@ void CudaBackend::MatMul(const MatMulParams& p) {
   CheckMatMul(kName, p);
   if (p.rows == 0) return;
   const WeightView& w = p.w;
-  if (w.dtype == WeightDtype::kInt8 || w.dtype == WeightDtype::kInt4) {
-    throw std::invalid_argument(
-        "cuda MatMul: int8/int4 weights need the quantized GEMM (kernels/cuda/quant_gemm), "
-        "which is not built yet");
+  if (w.dtype == WeightDtype::kF32Panels) {
+    throw std::invalid_argument("cuda MatMul: kF32Panels is the CPU backend's private layout");
   }
   Select();
+  if (w.dtype == WeightDtype::kInt8 || w.dtype == WeightDtype::kInt4) {
+    QuantMatMul(p);
+    return;
+  }
   const float alpha = 1.0f;
   const float beta = p.accumulate ? 1.0f : 0.0f;
   // Row-major out[rows, out] = x[rows, in] · Wᵀ is, column-major,
@@ -304,6 +308,34 @@ void CudaBackend::MatMul(const MatMulParams& p) {
                                w.in_features, &alpha, w.data, type, w.in_features, b, type,
                                w.in_features, &beta, p.out, CUDA_R_32F, w.out_features,
                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// int8/int4 group-wise weights: the weight-only GEMM of kernels/cuda/quant_gemm
+// (fp16 activations and output), with the activations rounded to fp16 first
+// and its fp16 result widened into (or added to) the fp32 output.
+void CudaBackend::QuantMatMul(const MatMulParams& p) {
+  const WeightView& w = p.w;
+  const size_t in_elems = static_cast<size_t>(p.rows) * w.in_features;
+  const size_t out_elems = static_cast<size_t>(p.rows) * w.out_features;
+  const size_t out_at = (in_elems * 2 + 255) / 256 * 256;
+  auto* base = static_cast<uint8_t*>(
+      Scratch(&gemm_workspace_, &gemm_workspace_bytes_, out_at + out_elems * 2));
+  auto* a16 = reinterpret_cast<uint16_t*>(base);
+  auto* out16 = reinterpret_cast<uint16_t*>(base + out_at);
+  cuda::LaunchToHalf(p.x, a16, static_cast<int64_t>(in_elems), false, stream_);
+  cuda::QuantGemmParams q;
+  q.a = a16;
+  q.weight = static_cast<const uint8_t*>(w.data);
+  q.scales = w.scales;
+  q.zeros = w.zeros;
+  q.out = out16;
+  q.m = p.rows;
+  q.n = w.out_features;
+  q.k = w.in_features;
+  q.group_size = w.group_size;
+  q.dtype = w.dtype;
+  TQ_CUDA_CHECK(cuda::QuantGemm(q, stream_));
+  cuda::LaunchFromHalf(out16, p.out, static_cast<int64_t>(out_elems), p.accumulate, stream_);
 }
 
 void CudaBackend::PagedAttention(const PagedAttentionParams& p) {

@@ -16,7 +16,8 @@ namespace tq::kernels {
 ///
 /// Weights: kF32 (cuBLAS fp32 GEMM, no TF32), kF16 and kBF16 (activations
 /// rounded to 16 bits in a workspace, cublasGemmEx with fp32 output and
-/// compute); kInt8/kInt4 throw until the quantized GEMM lands. KV: every
+/// compute); kInt8/kInt4 through the weight-only GEMM of quant_gemm.h (fp16
+/// activations and output, widened to fp32). KV: every
 /// KvDtype, head_dim <= 256; the tq formats need a power-of-two head_dim (the
 /// randomized Hadamard rotation) — others throw std::invalid_argument.
 std::unique_ptr<Backend> CreateCudaBackend(int device);

@@ -39,6 +39,10 @@ void LaunchSiluMul(const SiluMulParams& p, cudaStream_t stream);
 /// dst[i] = src[i] rounded to fp16 (to_bf16 false) or bf16 (true), n elements.
 void LaunchToHalf(const float* src, uint16_t* dst, int64_t n, bool to_bf16, cudaStream_t stream);
 
+/// dst[i] = fp16 src[i] widened (accumulate: dst[i] += it), n elements.
+void LaunchFromHalf(const uint16_t* src, float* dst, int64_t n, bool accumulate,
+                    cudaStream_t stream);
+
 /// KV write for every KvDtype; `tq` is required for kTq3/kTq4.
 void LaunchKvWrite(const KvWriteParams& p, const DeviceTqCodec* tq, cudaStream_t stream);
 

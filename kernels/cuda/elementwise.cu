@@ -113,6 +113,14 @@ __global__ void ToHalfKernel(const float* src, uint16_t* dst, int64_t n, bool to
   }
 }
 
+__global__ void FromHalfKernel(const uint16_t* src, float* dst, int64_t n, bool accumulate) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float v = __half2float(__ushort_as_half(src[e]));
+    dst[e] = accumulate ? dst[e] + v : v;
+  }
+}
+
 }  // namespace
 
 void LaunchEmbedding(const EmbeddingParams& p, cudaStream_t stream) {
@@ -149,6 +157,13 @@ void LaunchSiluMul(const SiluMulParams& p, cudaStream_t stream) {
 void LaunchToHalf(const float* src, uint16_t* dst, int64_t n, bool to_bf16, cudaStream_t stream) {
   if (n == 0) return;
   ToHalfKernel<<<GridFor(n), kThreads, 0, stream>>>(src, dst, n, to_bf16);
+  TQ_CUDA_CHECK_LAUNCH();
+}
+
+void LaunchFromHalf(const uint16_t* src, float* dst, int64_t n, bool accumulate,
+                    cudaStream_t stream) {
+  if (n == 0) return;
+  FromHalfKernel<<<GridFor(n), kThreads, 0, stream>>>(src, dst, n, accumulate);
   TQ_CUDA_CHECK_LAUNCH();
 }
 

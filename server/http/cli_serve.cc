@@ -233,6 +233,11 @@ void RunServe(ServeArgs& args) {
                  args.http.served_model_name, engine->info().max_model_len);
     if (!engine->info().device_note.empty()) spdlog::info("{}", engine->info().device_note);
     spdlog::info("{}", KvCacheLine(engine->info(), files.config));
+    for (const RankMemory& r : engine->info().ranks) {
+      spdlog::info("rank {}/{}: weights {} bytes, KV pool {} bytes, {} tokens", r.rank,
+                   engine->info().ranks.size(), r.weight_bytes, r.kv_cache_bytes,
+                   r.kv_capacity_tokens);
+    }
   } catch (...) {
     server.Stop();
     throw;

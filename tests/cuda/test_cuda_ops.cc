@@ -3,6 +3,8 @@
 // fresh random inputs of several sizes (odd ones included), with outputs
 // poisoned with NaN so that an element never written fails.
 #include <cmath>
+#include <random>
+#include <tuple>
 #include <vector>
 
 #include "kernels/half.h"
@@ -182,6 +184,51 @@ TEST_F(CudaOps, MatMulEveryDenseDtypeWithAndWithoutAccumulate) {
       ExpectClose(Download<float>(dacc, init.size()),
                   MatMulReference(x_as_used, w, init, rows, out, in), tol, tol,
                   "matmul accumulate");
+    }
+  }
+}
+
+TEST_F(CudaOps, MatMulInt8Int4MatchesCpuBackend) {
+  for (const WeightDtype dtype : {WeightDtype::kInt8, WeightDtype::kInt4}) {
+    for (const bool symmetric : {true, false}) {
+      for (const auto& [rows, out, in, group] :
+           {std::tuple{1, 33, 64, 32}, {5, 17, 128, 64}, {40, 96, 256, 128}}) {
+        const int32_t bits = dtype == WeightDtype::kInt8 ? 8 : 4;
+        const int32_t groups = in / group;
+        std::mt19937 rng(61 + rows);
+        std::vector<uint8_t> codes(static_cast<size_t>(out) * in * bits / 8);
+        for (uint8_t& c : codes) c = static_cast<uint8_t>(rng() & 0xff);
+        std::vector<uint16_t> scales(static_cast<size_t>(out) * groups), zeros;
+        for (uint16_t& sc : scales) {
+          sc = kernels::FloatToHalf(0.001f + 0.02f * static_cast<float>(rng() % 1000) / 1000.0f);
+        }
+        if (!symmetric) {
+          zeros.resize(scales.size());
+          for (uint16_t& z : zeros)
+            z = kernels::FloatToHalf(static_cast<float>(rng() % (1u << bits)));
+        }
+        const std::vector<float> x = RandomFloats(static_cast<size_t>(rows) * in, 62);
+        const std::vector<float> init = RandomFloats(static_cast<size_t>(rows) * out, 63);
+        const kernels::WeightView host{
+            codes.data(), dtype, out, in, scales.data(), symmetric ? nullptr : zeros.data(), group};
+        std::vector<float> expected = init;
+        cpu_->MatMul({x.data(), host, expected.data(), rows, true});
+        kernels::BackendBuffer dcodes = Upload(codes), dscales = Upload(scales),
+                               dzeros = Upload(symmetric ? std::vector<uint16_t>{0} : zeros),
+                               dx = Upload(x), dy = Upload(init);
+        const kernels::WeightView dev{dcodes.data(),
+                                      dtype,
+                                      out,
+                                      in,
+                                      dscales.as<uint16_t>(),
+                                      symmetric ? nullptr : dzeros.as<uint16_t>(),
+                                      group};
+        cuda_->MatMul({dx.as<float>(), dev, dy.as<float>(), rows, true});
+        // fp16 activations and fp16 GEMM output (quant_gemm.h).
+        ExpectClose(Download<float>(dy, init.size()), expected, 4e-3,
+                    2e-3 * std::sqrt(static_cast<double>(in)),
+                    "int" + std::to_string(bits) + " matmul, rows " + std::to_string(rows));
+      }
     }
   }
 }

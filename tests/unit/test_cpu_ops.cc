@@ -238,9 +238,12 @@ std::vector<MatMulCase> MatMulCases() {
   return cases;
 }
 
-// Runs one MatMul on `be`; `init` is out's initial contents (used when accumulate).
+// Runs one MatMul on `be`; `init` is out's initial contents (used when
+// accumulate). `prepared` runs the weight through be->PrepareWeight first (the
+// CPU backend's kF32Panels layout), as the model loader does.
 std::vector<float> RunMatMul(Backend* be, const std::vector<float>& x, const std::vector<float>& w,
-                             const std::vector<float>* init, const MatMulCase& c) {
+                             const std::vector<float>* init, const MatMulCase& c,
+                             bool prepared = false) {
   const size_t n_out = static_cast<size_t>(c.rows) * c.out;
   BackendBuffer d_x = Upload(be, x);
   BackendBuffer d_w = Upload(be, w);
@@ -251,6 +254,12 @@ std::vector<float> RunMatMul(Backend* be, const std::vector<float>& x, const std
   p.w.dtype = WeightDtype::kF32;
   p.w.out_features = c.out;
   p.w.in_features = c.in;
+  BackendBuffer packed;
+  if (prepared) {
+    p.w = be->PrepareWeight(p.w, &packed);
+    EXPECT_EQ(p.w.dtype, WeightDtype::kF32Panels);
+    d_w.Reset();  // the packed copy must not read the original
+  }
   p.out = d_out.as<float>();
   p.rows = c.rows;
   p.accumulate = init != nullptr;
@@ -261,14 +270,18 @@ std::vector<float> RunMatMul(Backend* be, const std::vector<float>& x, const std
 TEST_P(CpuOpsTest, MatMul) {
   std::mt19937 rng(3);
   for (const MatMulCase& c : MatMulCases()) {
-    for (bool accumulate : {false, true}) {
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool accumulate = variant & 1;
+      const bool prepared = variant & 2;
       SCOPED_TRACE("rows " + std::to_string(c.rows) + " in " + std::to_string(c.in) + " out " +
-                   std::to_string(c.out) + (accumulate ? " accumulate" : ""));
+                   std::to_string(c.out) + (accumulate ? " accumulate" : "") +
+                   (prepared ? " prepared" : ""));
       const std::vector<float> x = RandomVector(rng, static_cast<size_t>(c.rows) * c.in);
       const std::vector<float> w = RandomVector(rng, static_cast<size_t>(c.out) * c.in);
       const std::vector<float> init =
           RandomVector(rng, static_cast<size_t>(c.rows) * c.out, -3.0f, 3.0f);
-      const std::vector<float> got = RunMatMul(be_, x, w, accumulate ? &init : nullptr, c);
+      const std::vector<float> got =
+          RunMatMul(be_, x, w, accumulate ? &init : nullptr, c, prepared);
       for (int32_t r = 0; r < c.rows; ++r) {
         for (int32_t o = 0; o < c.out; ++o) {
           double dot = 0.0, abs_sum = 0.0;
@@ -300,22 +313,26 @@ TEST(CpuOpsDeterminismTest, MatMulIdenticalAcrossThreadCounts) {
   cases.push_back({7, 300, 257});
   cases.push_back({4, 129, 97});
   std::mt19937 rng(4);
+  cases.push_back({9, 768, 130});
   int num_differing = 0;
   std::string examples;
   for (const MatMulCase& c : cases) {
-    for (bool accumulate : {false, true}) {
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool accumulate = variant & 1;
+      const bool prepared = variant & 2;
       const std::vector<float> x = RandomVector(rng, static_cast<size_t>(c.rows) * c.in);
       const std::vector<float> w = RandomVector(rng, static_cast<size_t>(c.out) * c.in);
       const std::vector<float> init = RandomVector(rng, static_cast<size_t>(c.rows) * c.out);
       const std::vector<float>* pinit = accumulate ? &init : nullptr;
-      const std::vector<float> one = RunMatMul(backends[0].get(), x, w, pinit, c);
+      const std::vector<float> one = RunMatMul(backends[0].get(), x, w, pinit, c, prepared);
       for (size_t b = 1; b < backends.size(); ++b) {
-        const std::vector<float> got = RunMatMul(backends[b].get(), x, w, pinit, c);
+        const std::vector<float> got = RunMatMul(backends[b].get(), x, w, pinit, c, prepared);
         if (SameBits(one, got)) continue;
         if (++num_differing > 5) continue;
         std::ostringstream msg;
         msg << "\n  rows " << c.rows << " in " << c.in << " out " << c.out
-            << (accumulate ? " accumulate" : "") << ", " << b + 1 << " threads: columns";
+            << (accumulate ? " accumulate" : "") << (prepared ? " prepared" : "") << ", " << b + 1
+            << " threads: columns";
         for (size_t i = 0; i < one.size(); ++i) {
           if (std::memcmp(&one[i], &got[i], sizeof(float)) != 0) msg << " " << i % c.out;
         }
@@ -326,6 +343,28 @@ TEST(CpuOpsDeterminismTest, MatMulIdenticalAcrossThreadCounts) {
   EXPECT_EQ(num_differing, 0) << "(case, thread count) pairs whose bits differ from 1 thread "
                                  "(first 5):"
                               << examples;
+}
+
+// A row's result must not depend on which other rows share the batch (the
+// engine compares a sequence decoded in a batch with the same one alone): each
+// row of a 1..20-row prepared matmul equals that row computed by itself.
+TEST(CpuOpsDeterminismTest, PreparedMatMulRowIndependentOfBatch) {
+  std::unique_ptr<Backend> be = CreateCpuBackend(2);
+  std::mt19937 rng(5);
+  for (int32_t rows = 1; rows <= 20; ++rows) {
+    const MatMulCase c{rows, 200, 101};
+    const std::vector<float> x = RandomVector(rng, static_cast<size_t>(c.rows) * c.in);
+    const std::vector<float> w = RandomVector(rng, static_cast<size_t>(c.out) * c.in);
+    const std::vector<float> batched = RunMatMul(be.get(), x, w, nullptr, c, true);
+    for (int32_t r = 0; r < rows; ++r) {
+      const std::vector<float> row_x(x.begin() + r * c.in, x.begin() + (r + 1) * c.in);
+      const std::vector<float> alone =
+          RunMatMul(be.get(), row_x, w, nullptr, {1, c.in, c.out}, true);
+      const std::vector<float> row_out(batched.begin() + r * c.out,
+                                       batched.begin() + (r + 1) * c.out);
+      ASSERT_TRUE(SameBits(row_out, alone)) << "row " << r << " of " << rows;
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------

@@ -1,0 +1,294 @@
+// CPU matmul speed per weight format (issue 7): fp32 against f16, int8 and
+// int4 (symmetric and asymmetric, group-wise with fp16 scales) for the GEMV of
+// decode (rows = 1) and a small GEMM (rows = 16), at Llama-2-7B projection
+// shapes.
+//
+//   tq_bench_quant_gemv [--shapes 4096x4096,4096x11008,11008x4096] [--rows 1,16]
+//                       [--threads 1,2] [--repeats 31] [--group-size 128]
+//                       [--formats fp32,fp32p,f16,bf16,int8,int8a,int4,int4a]
+//                       [--warm-cache]
+//
+// A shape is out_features x in_features (W is [out, in]; 4096x11008 is
+// down_proj, 11008x4096 gate/up_proj). Weights are random codes with random
+// fp16 scales (and zero points for the "a" formats). Each repeat runs every
+// (shape, rows, threads, format) once, formats interleaved so background load
+// hits all alike; unless --warm-cache, a 128 MiB buffer is read before every
+// timed call, so the weights come from DRAM as in a real decode step (a
+// model's weights do not fit in the last-level cache). Reported: median wall
+// µs per call, weight bytes read per call (codes + scales + zeros), bytes /
+// wall time, the speed-up over fp32 of the same (shape, rows, threads) in the
+// same run, and the same speed-up in process CPU time (all threads, the
+// pool's spinning included): on a shared machine wall time also counts time
+// slices other processes took, CPU time does not, so when the two ratios
+// disagree the machine was busy.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <exception>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/half.h"
+#include "kernels/op_params.h"
+
+namespace {
+
+using tq::kernels::WeightDtype;
+using Clock = std::chrono::steady_clock;
+
+struct Format {
+  std::string name;
+  WeightDtype dtype;
+  bool asymmetric;
+};
+
+// fp32p: fp32 repacked by the CPU backend's PrepareWeight (kF32Panels), what
+// the engine runs for fp32 weights; "x fp32" is always relative to plain fp32.
+const Format kAllFormats[] = {
+    {"fp32", WeightDtype::kF32, false},  {"fp32p", WeightDtype::kF32Panels, false},
+    {"f16", WeightDtype::kF16, false},   {"bf16", WeightDtype::kBF16, false},
+    {"int8", WeightDtype::kInt8, false}, {"int8a", WeightDtype::kInt8, true},
+    {"int4", WeightDtype::kInt4, false}, {"int4a", WeightDtype::kInt4, true}};
+
+struct Args {
+  std::vector<std::pair<int, int>> shapes = {{4096, 4096}, {4096, 11008}, {11008, 4096}};
+  std::vector<int> rows = {1, 16};
+  std::vector<int> threads = {1, 2};
+  std::vector<std::string> formats = {"fp32", "fp32p", "f16", "int8", "int8a", "int4", "int4a"};
+  int repeats = 31;
+  int group_size = 128;
+  bool warm_cache = false;
+};
+
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
+  return out;
+}
+
+Args ParseArgs(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(flag + " needs a value");
+      return argv[++i];
+    };
+    if (flag == "--shapes") {
+      a.shapes.clear();
+      for (const auto& s : Split(value())) {
+        const size_t x = s.find('x');
+        if (x == std::string::npos) throw std::invalid_argument("--shapes: expected OUTxIN: " + s);
+        a.shapes.emplace_back(std::stoi(s.substr(0, x)), std::stoi(s.substr(x + 1)));
+      }
+    } else if (flag == "--rows") {
+      a.rows.clear();
+      for (const auto& s : Split(value())) a.rows.push_back(std::stoi(s));
+    } else if (flag == "--threads") {
+      a.threads.clear();
+      for (const auto& s : Split(value())) a.threads.push_back(std::stoi(s));
+    } else if (flag == "--formats") {
+      a.formats = Split(value());
+    } else if (flag == "--repeats") {
+      a.repeats = std::stoi(value());
+    } else if (flag == "--group-size") {
+      a.group_size = std::stoi(value());
+    } else if (flag == "--warm-cache") {
+      a.warm_cache = true;
+    } else {
+      throw std::invalid_argument("unknown flag " + flag);
+    }
+  }
+  return a;
+}
+
+// One weight matrix in one format, in backend (host) memory.
+struct Weight {
+  std::vector<uint8_t> data;
+  std::vector<uint16_t> scales, zeros;
+  tq::kernels::WeightView view;
+  tq::kernels::BackendBuffer storage;  // kF32Panels copy
+  size_t bytes = 0;                    // what one matmul reads
+};
+
+Weight MakeWeight(const Format& f, int out, int in, int group_size, std::mt19937& rng) {
+  Weight w;
+  const size_t n = static_cast<size_t>(out) * in;
+  std::uniform_int_distribution<int> byte(0, 255);
+  switch (f.dtype) {
+    case WeightDtype::kF32:
+    case WeightDtype::kF32Panels: {  // packed by the caller
+      std::normal_distribution<float> d(0.0f, 0.02f);
+      w.data.resize(n * 4);
+      for (size_t i = 0; i < n; ++i) {
+        const float v = d(rng);
+        std::memcpy(&w.data[4 * i], &v, 4);
+      }
+      break;
+    }
+    case WeightDtype::kF16:
+    case WeightDtype::kBF16: {
+      std::normal_distribution<float> d(0.0f, 0.02f);
+      w.data.resize(n * 2);
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t h = f.dtype == WeightDtype::kF16 ? tq::kernels::FloatToHalf(d(rng))
+                                                        : tq::kernels::FloatToBf16(d(rng));
+        std::memcpy(&w.data[2 * i], &h, 2);
+      }
+      break;
+    }
+    case WeightDtype::kInt8:
+    case WeightDtype::kInt4: {
+      w.data.resize(f.dtype == WeightDtype::kInt8 ? n : n / 2);
+      for (auto& b : w.data) b = static_cast<uint8_t>(byte(rng));
+      const size_t groups = n / group_size;
+      std::uniform_real_distribution<float> scale(0.001f, 0.01f);
+      w.scales.resize(groups);
+      for (auto& s : w.scales) s = tq::kernels::FloatToHalf(scale(rng));
+      if (f.asymmetric) {
+        std::uniform_int_distribution<int> zero(0, f.dtype == WeightDtype::kInt8 ? 255 : 15);
+        w.zeros.resize(groups);
+        for (auto& z : w.zeros) z = tq::kernels::FloatToHalf(static_cast<float>(zero(rng)));
+      }
+      break;
+    }
+  }
+  w.view.data = w.data.data();
+  w.view.dtype = f.dtype == WeightDtype::kF32Panels ? WeightDtype::kF32 : f.dtype;
+  w.view.out_features = out;
+  w.view.in_features = in;
+  w.view.scales = w.scales.empty() ? nullptr : w.scales.data();
+  w.view.zeros = w.zeros.empty() ? nullptr : w.zeros.data();
+  w.view.group_size = group_size;
+  w.bytes = w.data.size() + 2 * (w.scales.size() + w.zeros.size());
+  return w;
+}
+
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown";
+}
+
+std::string LoadAvg() {
+  std::ifstream in("/proc/loadavg");
+  std::string s;
+  std::getline(in, s);
+  return s;
+}
+
+double CpuMicros() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int Run(const Args& a) {
+  std::vector<Format> formats;
+  for (const auto& name : a.formats) {
+    const auto it = std::find_if(std::begin(kAllFormats), std::end(kAllFormats),
+                                 [&](const Format& f) { return f.name == name; });
+    if (it == std::end(kAllFormats)) throw std::invalid_argument("unknown format " + name);
+    formats.push_back(*it);
+  }
+  std::printf("cpu: %s\nloadavg at start: %s\n", CpuModel().c_str(), LoadAvg().c_str());
+  std::printf("group_size %d, %s, %d repeats, median per call\n", a.group_size,
+              a.warm_cache ? "warm cache" : "weights from DRAM (128 MiB read before each call)",
+              a.repeats);
+  std::vector<std::unique_ptr<tq::kernels::Backend>> backends;
+  for (int t : a.threads) backends.push_back(tq::kernels::CreateCpuBackend(t));
+  std::vector<char> flush(a.warm_cache ? 0 : 128u << 20, 1);
+  volatile char sink = 0;
+  std::mt19937 rng(1234);
+  std::printf("\n%-12s %5s %7s %-6s %10s %10s %8s %10s %8s %8s\n", "shape", "rows", "threads",
+              "format", "us/call", "MB read", "GB/s", "cpu us", "x fp32", "cpu x");
+  for (const auto& [out, in] : a.shapes) {
+    std::vector<Weight> weights;
+    for (const auto& f : formats) {
+      weights.push_back(MakeWeight(f, out, in, a.group_size, rng));
+      if (f.dtype == WeightDtype::kF32Panels) {
+        Weight& w = weights.back();
+        w.view = backends[0]->PrepareWeight(w.view, &w.storage);
+        w.data.clear();
+        w.data.shrink_to_fit();
+      }
+    }
+    const int max_rows = *std::max_element(a.rows.begin(), a.rows.end());
+    std::vector<float> x(static_cast<size_t>(max_rows) * in, 0.5f);
+    std::vector<float> y(static_cast<size_t>(max_rows) * out);
+    // times[rows][threads][format]
+    std::map<std::tuple<int, int, size_t>, std::vector<double>> times, cpu_times;
+    for (int rep = -2; rep < a.repeats; ++rep) {  // two warm-up repeats
+      for (int rows : a.rows) {
+        for (size_t t = 0; t < a.threads.size(); ++t) {
+          for (size_t f = 0; f < formats.size(); ++f) {
+            for (size_t i = 0; i < flush.size(); i += 64) sink = sink + flush[i];
+            const double cpu_start = CpuMicros();
+            const auto start = Clock::now();
+            backends[t]->MatMul({x.data(), weights[f].view, y.data(), rows, false});
+            const double us =
+                std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+            if (rep >= 0) {
+              times[{rows, a.threads[t], f}].push_back(us);
+              cpu_times[{rows, a.threads[t], f}].push_back(CpuMicros() - cpu_start);
+            }
+          }
+        }
+      }
+    }
+    for (int rows : a.rows) {
+      for (int threads : a.threads) {
+        double fp32_us = 0, fp32_cpu = 0;
+        for (size_t f = 0; f < formats.size(); ++f) {
+          if (formats[f].dtype == WeightDtype::kF32) {
+            fp32_us = Median(times[{rows, threads, f}]);
+            fp32_cpu = Median(cpu_times[{rows, threads, f}]);
+          }
+        }
+        for (size_t f = 0; f < formats.size(); ++f) {
+          const double us = Median(times[{rows, threads, f}]);
+          char shape[32];
+          std::snprintf(shape, sizeof(shape), "%dx%d", out, in);
+          std::printf("%-12s %5d %7d %-6s %10.1f %10.2f %8.1f", shape, rows, threads,
+                      formats[f].name.c_str(), us, weights[f].bytes / 1e6,
+                      weights[f].bytes / us / 1e3);
+          const double cpu = Median(cpu_times[{rows, threads, f}]);
+          std::printf(" %10.1f", cpu);
+          if (fp32_us > 0) std::printf(" %8.2f %8.2f", fp32_us / us, fp32_cpu / cpu);
+          std::printf("\n");
+        }
+      }
+    }
+  }
+  std::printf("\nloadavg at end: %s\n", LoadAvg().c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Run(ParseArgs(argc, argv));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tq_bench_quant_gemv: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,37 @@
+// Embedding lookup for fp32, f16 and bf16 tables (16-bit tables are what
+// mixed-precision checkpoints keep for embeddings, issue 7).
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/weight_decode.h"
+
+namespace tq::kernels::cpu {
+
+void Embedding(const EmbeddingParams& p, ThreadPool& pool) {
+  if (p.table_dtype != WeightDtype::kF32 && p.table_dtype != WeightDtype::kF16 &&
+      p.table_dtype != WeightDtype::kBF16) {
+    throw std::invalid_argument("cpu Embedding: table dtype " + WeightDtypeName(p.table_dtype) +
+                                " is not supported (f32, f16 or bf16)");
+  }
+  for (int32_t t = 0; t < p.num_tokens; ++t) {
+    if (p.ids[t] < 0 || p.ids[t] >= p.vocab) {
+      throw std::invalid_argument("cpu Embedding: token id " + std::to_string(p.ids[t]) +
+                                  " at position " + std::to_string(t) + " is outside [0, " +
+                                  std::to_string(p.vocab) + ")");
+    }
+  }
+  // A table row is a one-row weight of the same dtype: reuse the row decoder.
+  WeightView table;
+  table.data = p.table;
+  table.dtype = p.table_dtype;
+  table.out_features = p.vocab;
+  table.in_features = p.hidden;
+  pool.ParallelFor(p.num_tokens, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      DecodeWeightRow(table, p.ids[t], p.out + t * static_cast<int64_t>(p.hidden));
+    }
+  });
+}
+
+}  // namespace tq::kernels::cpu

@@ -1,0 +1,416 @@
+// CPU matmul for the f16, bf16, int8 and int4 weight formats, and embedding
+// lookups from f16/bf16 tables, against float64 references computed here from
+// the format definitions in kernels/op_params.h: codes, scales and zero points
+// are random, the int4 packing and the fp16/bf16 bit decoding are written out
+// in this file (not taken from the kernels), and every product is summed in
+// double.
+//
+// Tolerance: |out - ref| <= 1e-4 * sum_i |x_i * w_i| per output (the scale of
+// a dot product's rounding error; it is what "1e-4 relative" means for sums
+// whose terms cancel). Outputs start as NaN, so an element the kernel does not
+// write fails; a guard region after the output must stay untouched.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/op_params.h"
+
+namespace tq::kernels {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr size_t kGuard = 16;
+constexpr float kGuardValue = 1234.5f;
+
+// IEEE binary16 bits -> double, from the definition (sign, 5-bit exponent
+// biased by 15, 10-bit fraction; exponent 0 is subnormal). Finite values only.
+double HalfBitsToDouble(uint16_t h) {
+  const int sign = (h >> 15) ? -1 : 1;
+  const int exp = (h >> 10) & 0x1f;
+  const int frac = h & 0x3ff;
+  if (exp == 0) return sign * std::ldexp(frac, -24);
+  return sign * std::ldexp(1024 + frac, exp - 25);
+}
+
+// double -> binary16 bits for values that are exactly representable or where
+// any nearby half will do (test data only): pick the nearest by search over
+// the 2^15 positive codes, so this does not depend on kernels/half.h.
+uint16_t NearestHalfBits(double v) {
+  static const std::vector<double> table = [] {
+    std::vector<double> t(0x7c00);
+    for (int i = 0; i < 0x7c00; ++i) t[i] = HalfBitsToDouble(static_cast<uint16_t>(i));
+    return t;
+  }();
+  const double a = std::fabs(v);
+  const auto it = std::lower_bound(table.begin(), table.end(), a);
+  size_t i = static_cast<size_t>(it - table.begin());
+  if (i == table.size()) i = table.size() - 1;
+  if (i > 0 && a - table[i - 1] < table[i] - a) --i;
+  return static_cast<uint16_t>(i | (v < 0 ? 0x8000 : 0));
+}
+
+double Bf16BitsToDouble(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// A weight matrix in one format plus its float64 dequantization.
+struct TestWeight {
+  WeightDtype dtype = WeightDtype::kF32;
+  int out = 0, in = 0, group_size = 0;
+  bool symmetric = true;
+  std::vector<uint8_t> bytes;     // packed data
+  std::vector<uint16_t> scales;   // fp16 bits
+  std::vector<uint16_t> zeros;    // fp16 bits, empty when symmetric
+  std::vector<double> reference;  // [out, in] dequantized in double
+
+  WeightView View() const {
+    WeightView v;
+    v.data = bytes.data();
+    v.dtype = dtype;
+    v.out_features = out;
+    v.in_features = in;
+    v.scales = scales.empty() ? nullptr : scales.data();
+    v.zeros = zeros.empty() ? nullptr : zeros.data();
+    v.group_size = group_size;
+    return v;
+  }
+};
+
+std::string Describe(const TestWeight& w) {
+  static const char* names[] = {"f32", "f16", "bf16", "int8", "int4"};
+  return std::string(names[static_cast<int>(w.dtype)]) + (w.symmetric ? " sym" : " asym") + " [" +
+         std::to_string(w.out) + "x" + std::to_string(w.in) + "] g" + std::to_string(w.group_size);
+}
+
+TestWeight MakeWeight(WeightDtype dtype, int out, int in, int group_size, bool symmetric,
+                      uint32_t seed) {
+  std::mt19937 rng(seed);
+  TestWeight w;
+  w.dtype = dtype;
+  w.out = out;
+  w.in = in;
+  w.group_size = group_size;
+  w.symmetric = symmetric;
+  w.reference.resize(static_cast<size_t>(out) * in);
+  std::uniform_real_distribution<double> value(-1.0, 1.0);
+  if (dtype == WeightDtype::kF16 || dtype == WeightDtype::kBF16) {
+    w.bytes.resize(w.reference.size() * 2);
+    for (size_t i = 0; i < w.reference.size(); ++i) {
+      uint16_t bits;
+      if (dtype == WeightDtype::kF16) {
+        bits = NearestHalfBits(value(rng));
+        w.reference[i] = HalfBitsToDouble(bits);
+      } else {
+        const float f = static_cast<float>(value(rng));
+        uint32_t fb;
+        std::memcpy(&fb, &f, 4);
+        bits = static_cast<uint16_t>(fb >> 16);  // truncation: any bf16 value is valid data
+        w.reference[i] = Bf16BitsToDouble(bits);
+      }
+      std::memcpy(&w.bytes[2 * i], &bits, 2);
+    }
+    return w;
+  }
+  const int bits = dtype == WeightDtype::kInt4 ? 4 : 8;
+  const int max_code = (1 << bits) - 1;
+  const int groups = in / group_size;
+  std::uniform_int_distribution<int> code(0, max_code);
+  std::uniform_real_distribution<double> scale(0.002, 0.05);
+  w.scales.resize(static_cast<size_t>(out) * groups);
+  if (!symmetric) w.zeros.resize(w.scales.size());
+  std::vector<int> codes(static_cast<size_t>(out) * in);
+  for (auto& c : codes) c = code(rng);
+  for (int o = 0; o < out; ++o) {
+    for (int g = 0; g < groups; ++g) {
+      const size_t gi = static_cast<size_t>(o) * groups + g;
+      w.scales[gi] = NearestHalfBits(scale(rng));
+      double zero = 1 << (bits - 1);
+      if (!symmetric) {
+        zero = code(rng);
+        w.zeros[gi] = NearestHalfBits(zero);  // small integers are exact in fp16
+      }
+      for (int i = g * group_size; i < (g + 1) * group_size; ++i) {
+        const size_t e = static_cast<size_t>(o) * in + i;
+        w.reference[e] = HalfBitsToDouble(w.scales[gi]) * (codes[e] - zero);
+      }
+    }
+  }
+  if (bits == 8) {
+    w.bytes.assign(codes.begin(), codes.end());
+  } else {  // element 2j in the low nibble of byte j, 2j+1 in the high nibble
+    w.bytes.resize(codes.size() / 2);
+    for (size_t j = 0; j < w.bytes.size(); ++j) {
+      w.bytes[j] = static_cast<uint8_t>(codes[2 * j] | (codes[2 * j + 1] << 4));
+    }
+  }
+  return w;
+}
+
+std::vector<float> RandomActivations(int rows, int in, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(rows) * in);
+  for (auto& v : x) v = d(rng);
+  return x;
+}
+
+// out (rows x out, plus guard) after one MatMul; `init` is out's prior content.
+std::vector<float> RunMatMul(Backend* be, const TestWeight& w, const std::vector<float>& x,
+                             int rows, const std::vector<float>* init) {
+  std::vector<float> out(static_cast<size_t>(rows) * w.out, kNaN);
+  if (init) out = *init;
+  out.resize(out.size() + kGuard, kGuardValue);
+  MatMulParams p;
+  p.x = x.data();
+  p.w = w.View();
+  p.out = out.data();
+  p.rows = rows;
+  p.accumulate = init != nullptr;
+  be->MatMul(p);  // the CPU backend's memory is host memory
+  return out;
+}
+
+void ExpectMatchesReference(const TestWeight& w, const std::vector<float>& x, int rows,
+                            const std::vector<float>& out, const std::vector<float>* init) {
+  const std::string what = Describe(w) + " rows " + std::to_string(rows);
+  for (size_t g = 0; g < kGuard; ++g) {
+    ASSERT_EQ(out[static_cast<size_t>(rows) * w.out + g], kGuardValue) << what << " guard " << g;
+  }
+  for (int r = 0; r < rows; ++r) {
+    for (int o = 0; o < w.out; ++o) {
+      double ref = 0, magnitude = 0;
+      for (int i = 0; i < w.in; ++i) {
+        const double term = static_cast<double>(x[static_cast<size_t>(r) * w.in + i]) *
+                            w.reference[static_cast<size_t>(o) * w.in + i];
+        ref += term;
+        magnitude += std::fabs(term);
+      }
+      const size_t e = static_cast<size_t>(r) * w.out + o;
+      if (init) ref += (*init)[e];
+      ASSERT_TRUE(std::isfinite(out[e])) << what << " out[" << r << "," << o << "] not written";
+      ASSERT_LE(std::fabs(out[e] - ref), 1e-4 * magnitude + 1e-30)
+          << what << " out[" << r << "," << o << "] = " << out[e] << " vs " << ref;
+    }
+  }
+}
+
+struct Shape {
+  int out, in, group_size;
+};
+
+// Ragged shapes: out features not a multiple of any tile, in features not a
+// multiple of the SIMD width, group sizes from 2 to in_features.
+const Shape kShapes[] = {{37, 96, 32},  {37, 96, 96},  {5, 40, 8},     {19, 172, 4}, {19, 172, 86},
+                         {9, 172, 172}, {64, 256, 64}, {3, 1000, 200}, {17, 36, 6},  {33, 64, 2}};
+const int kRows[] = {1, 2, 3, 7, 17, 64};
+
+struct FormatCase {
+  WeightDtype dtype;
+  bool symmetric;
+};
+const FormatCase kFormats[] = {{WeightDtype::kF16, true},  {WeightDtype::kBF16, true},
+                               {WeightDtype::kInt8, true}, {WeightDtype::kInt8, false},
+                               {WeightDtype::kInt4, true}, {WeightDtype::kInt4, false}};
+
+class QuantMatMulTest : public ::testing::TestWithParam<int> {};  // param: thread count
+
+TEST_P(QuantMatMulTest, MatchesFloat64ReferenceOnRaggedShapes) {
+  auto be = CreateCpuBackend(GetParam());
+  uint32_t seed = 1;
+  for (const FormatCase& f : kFormats) {
+    for (const Shape& s : kShapes) {
+      const TestWeight w = MakeWeight(f.dtype, s.out, s.in, s.group_size, f.symmetric, ++seed);
+      for (int rows : kRows) {
+        const auto x = RandomActivations(rows, s.in, ++seed);
+        ExpectMatchesReference(w, x, rows, RunMatMul(be.get(), w, x, rows, nullptr), nullptr);
+      }
+    }
+  }
+}
+
+TEST_P(QuantMatMulTest, AccumulateAddsToOutput) {
+  auto be = CreateCpuBackend(GetParam());
+  uint32_t seed = 100;
+  for (const FormatCase& f : kFormats) {
+    const TestWeight w = MakeWeight(f.dtype, 21, 128, 64, f.symmetric, ++seed);
+    for (int rows : {1, 5}) {
+      const auto x = RandomActivations(rows, w.in, ++seed);
+      const auto init = RandomActivations(rows, w.out, ++seed);
+      ExpectMatchesReference(w, x, rows, RunMatMul(be.get(), w, x, rows, &init), &init);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, QuantMatMulTest, ::testing::Values(1, 2));
+
+// Each output's bits depend only on its row of x and its row of W: not on how
+// many rows run together nor on how many threads split the columns (engine
+// tests compare a batched sequence with the same sequence alone).
+TEST(QuantMatMulBits, IdenticalAcrossRowCountsAndThreadCounts) {
+  uint32_t seed = 200;
+  for (const FormatCase& f : kFormats) {
+    for (const Shape& s : {Shape{131, 256, 64}, Shape{45, 172, 86}}) {
+      const TestWeight w = MakeWeight(f.dtype, s.out, s.in, s.group_size, f.symmetric, ++seed);
+      const int rows = 17;
+      const auto x = RandomActivations(rows, s.in, ++seed);
+      std::vector<float> batched;
+      for (int threads : {1, 2, 3, 4}) {
+        ThreadPool pool(threads);
+        std::vector<float> out(static_cast<size_t>(rows) * w.out, kNaN);
+        cpu::MatMulPacked({x.data(), w.View(), out.data(), rows, false}, pool);
+        if (batched.empty()) {
+          batched = out;
+        } else {
+          ASSERT_EQ(0, std::memcmp(out.data(), batched.data(), out.size() * sizeof(float)))
+              << Describe(w) << " threads " << threads;
+        }
+      }
+      // One row alone goes through the backend, which takes the register
+      // decode GEMV (cpu_gemv.cc) where it applies.
+      for (int threads : {1, 2}) {
+        auto be = CreateCpuBackend(threads);
+        for (int r = 0; r < rows; ++r) {
+          std::vector<float> single(w.out, kNaN);
+          be->MatMul({x.data() + static_cast<size_t>(r) * s.in, w.View(), single.data(), 1, false});
+          ASSERT_EQ(0, std::memcmp(single.data(), batched.data() + static_cast<size_t>(r) * w.out,
+                                   single.size() * sizeof(float)))
+              << Describe(w) << " row " << r << " alone differs from the batch, threads "
+              << threads;
+        }
+      }
+    }
+  }
+}
+
+// The packed kernels compute the fp32 matmul of the dequantized weights in
+// the same order: dequantizing each weight to float as scale * (code - zero)
+// (exact subtraction, one rounding) and running the fp32 MatMul gives the
+// same bits.
+TEST(QuantMatMulBits, EqualsFp32MatMulOfDequantizedWeights) {
+  auto be = CreateCpuBackend(2);
+  uint32_t seed = 300;
+  for (const FormatCase& f : kFormats) {
+    const TestWeight w = MakeWeight(f.dtype, 70, 192, 64, f.symmetric, ++seed);
+    std::vector<float> dense(w.reference.size());
+    for (size_t i = 0; i < dense.size(); ++i) {
+      dense[i] = static_cast<float>(w.reference[i]);  // exact: one rounding of s * (c - z)
+    }
+    const int rows = 9;
+    const auto x = RandomActivations(rows, w.in, ++seed);
+    WeightView fp32{dense.data(), WeightDtype::kF32, w.out, w.in, nullptr, nullptr, 0};
+    std::vector<float> expected(static_cast<size_t>(rows) * w.out, kNaN);
+    be->MatMul({x.data(), fp32, expected.data(), rows, false});
+    const auto got = RunMatMul(be.get(), w, x, rows, nullptr);
+    ASSERT_EQ(0, std::memcmp(got.data(), expected.data(), expected.size() * sizeof(float)))
+        << Describe(w);
+  }
+}
+
+TEST(QuantMatMulErrors, BadWeightViewsAreRejectedWithAMessage) {
+  auto be = CreateCpuBackend(1);
+  const TestWeight w = MakeWeight(WeightDtype::kInt4, 4, 64, 32, true, 7);
+  std::vector<float> x(64, 1.0f), out(4);
+  auto expect_error = [&](WeightView v, const std::string& needle) {
+    try {
+      be->MatMul({x.data(), v, out.data(), 1, false});
+      ADD_FAILURE() << "no error, expected: " << needle;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  WeightView v = w.View();
+  v.group_size = 24;
+  expect_error(v, "group_size 24 does not divide in_features 64");
+  v.group_size = 0;
+  expect_error(v, "group_size 0");
+  v = w.View();
+  v.scales = nullptr;
+  expect_error(v, "int4 weight has no scales");
+  v = w.View();
+  v.in_features = 62;
+  v.group_size = 31;
+  expect_error(v, "odd");
+  v = w.View();
+  v.data = nullptr;
+  expect_error(v, "has no data");
+  v = w.View();
+  v.out_features = 0;
+  expect_error(v, "must be positive");
+}
+
+// ---------------------------------------------------------------------------
+// Embedding from 16-bit tables: widening is exact, so the rows must be equal.
+
+TEST(QuantEmbedding, SixteenBitTablesWidenExactly) {
+  auto be = CreateCpuBackend(2);
+  const int vocab = 50, hidden = 37;
+  for (WeightDtype dtype : {WeightDtype::kF16, WeightDtype::kBF16, WeightDtype::kF32}) {
+    std::vector<double> reference(static_cast<size_t>(vocab) * hidden);
+    std::vector<uint8_t> table;
+    if (dtype == WeightDtype::kF32) {
+      std::mt19937 rng(11);
+      std::normal_distribution<float> d(0.0f, 1.0f);
+      std::vector<float> t(reference.size());
+      for (size_t i = 0; i < t.size(); ++i) reference[i] = t[i] = d(rng);
+      table.resize(t.size() * 4);
+      std::memcpy(table.data(), t.data(), table.size());
+    } else {
+      const TestWeight w = MakeWeight(dtype, vocab, hidden, 0, true, 12);
+      reference = w.reference;
+      table = w.bytes;
+    }
+    const std::vector<int32_t> ids = {3, 0, 49, 3, 17, 25, 8, 8, 1, 48, 30, 2, 44, 5, 6, 7, 9, 10};
+    const int n = static_cast<int>(ids.size());
+    std::vector<float> out(static_cast<size_t>(n) * hidden + kGuard, kNaN);
+    std::fill(out.end() - kGuard, out.end(), kGuardValue);
+    be->Embedding({ids.data(), table.data(), out.data(), n, vocab, hidden, dtype});
+    for (int t = 0; t < n; ++t) {
+      for (int h = 0; h < hidden; ++h) {
+        ASSERT_EQ(static_cast<double>(out[static_cast<size_t>(t) * hidden + h]),
+                  reference[static_cast<size_t>(ids[t]) * hidden + h])
+            << "dtype " << static_cast<int>(dtype) << " token " << t << " dim " << h;
+      }
+    }
+    for (size_t g = 0; g < kGuard; ++g)
+      ASSERT_EQ(out[static_cast<size_t>(n) * hidden + g], kGuardValue);
+  }
+}
+
+TEST(QuantEmbedding, RejectsOutOfRangeIdsAndIntegerTables) {
+  auto be = CreateCpuBackend(1);
+  std::vector<uint16_t> table(4 * 8, 0x3c00);  // 1.0 in fp16
+  std::vector<float> out(16);
+  const std::vector<int32_t> bad = {1, 4};
+  EXPECT_THROW(
+      {
+        try {
+          be->Embedding({bad.data(), table.data(), out.data(), 2, 4, 8, WeightDtype::kF16});
+        } catch (const std::invalid_argument& e) {
+          EXPECT_NE(std::string(e.what()).find("token id 4 at position 1"), std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      std::invalid_argument);
+  const std::vector<int32_t> good = {1, 2};
+  EXPECT_THROW(be->Embedding({good.data(), table.data(), out.data(), 2, 4, 8, WeightDtype::kInt8}),
+               std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace tq::kernels
