@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_flags.h"
 #include "engine/runtime/engine_core.h"
 #include "engine/runtime/model_loader.h"
 #include "kernels/kv_layout.h"
@@ -40,14 +41,6 @@ struct Flags {
   std::string kv = "tq3";
 };
 
-std::vector<int> ParseList(const std::string& s) {
-  std::vector<int> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(std::atoi(item.c_str()));
-  return out;
-}
-
 Flags Parse(int argc, char** argv) {
   Flags f;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -55,7 +48,7 @@ Flags Parse(int argc, char** argv) {
     if (k == "--model")
       f.model = v;
     else if (k == "--batch")
-      f.batches = ParseList(v);
+      f.batches = tq::bench::ParseList<int>(v);
     else if (k == "--prompt-tokens")
       f.prompt_tokens = std::atoi(v.c_str());
     else if (k == "--output-tokens")

@@ -23,6 +23,15 @@ void AddKvCacheFlags(CLI::App* cmd, EngineOptions* engine, std::string* kv_cache
 /// Parses a --kv-cache-dtype value; throws tq::Error naming the flag.
 kernels::KvDtype ParseKvDtypeFlag(const std::string& value);
 
+/// Adds --quantization-config FILE (weight quantization at load time,
+/// docs/quantization.md) to `cmd`.
+void AddWeightFlags(CLI::App* cmd, EngineOptions* engine);
+
+/// `tqserve quantize --model DIR (--config FILE | --calibration-text FILE
+/// --target-bits B) (--out DIR | --config-out FILE)`: writes a quantized
+/// checkpoint and/or the chosen per-module config (docs/quantization.md).
+void AddQuantizeCommand(CLI::App& app);
+
 /// One line on the KV cache a Generator built: format, bits per element,
 /// blocks, capacity in tokens, bytes, and how tq keys were calibrated.
 std::string DescribeKvCache(const Generator& generator);

@@ -41,10 +41,13 @@ void RunGenerate(GenerateArgs& args) {
   const Tokenizer& tokenizer = generator.tokenizer();
   const std::vector<int32_t> prompt = tokenizer.Encode(args.prompt, !args.no_bos);
   generator.CheckRequest(prompt, params);  // before echoing the prompt
-  if (!args.quiet && !generator.device_note().empty()) {
-    std::fprintf(stderr, "[tqserve] %s\n", generator.device_note().c_str());
+  if (!args.quiet) {
+    if (!generator.device_note().empty()) {
+      std::fprintf(stderr, "[tqserve] %s\n", generator.device_note().c_str());
+    }
+    std::fprintf(stderr, "[tqserve] %s\n", generator.model().weights().MemorySummary().c_str());
+    std::fprintf(stderr, "[tqserve] %s\n", DescribeKvCache(generator).c_str());
   }
-  if (!args.quiet) std::fprintf(stderr, "[tqserve] %s\n", DescribeKvCache(generator).c_str());
   IncrementalDetokenizer detok(&tokenizer, prompt);
   if (args.engine.num_threads > kernels::CpuThreadCount(args.engine.num_threads)) {
     std::fprintf(stderr, "[tqserve] --threads %d is more than the %d cores; using %d\n",
@@ -144,6 +147,7 @@ void AddGenerateCommand(CLI::App& app) {
                   "Prefill chunk size in tokens")
       ->capture_default_str();
   AddKvCacheFlags(cmd, &args->engine, &args->kv_cache_dtype);
+  AddWeightFlags(cmd, &args->engine);
   cmd->add_flag("--quiet", args->quiet, "Do not print the KV cache and timing lines to stderr");
   cmd->callback([args] { RunGenerate(*args); });
 }

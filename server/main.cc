@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   tq::AddMakeRandomModelCommand(app);
   tq::AddEvalCommand(app);
   tq::AddServeCommand(app);
+  tq::AddQuantizeCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

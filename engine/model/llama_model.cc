@@ -40,11 +40,6 @@ void CheckBatch(const ForwardBatch& b, const ModelConfig& c, const kernels::KvLa
 
 }  // namespace
 
-kernels::WeightView ViewWeight(const kernels::BackendBuffer& buffer, int32_t out_features,
-                               int32_t in_features) {
-  return kernels::WeightView{buffer.data(), kernels::WeightDtype::kF32, out_features, in_features};
-}
-
 LlamaModel::LlamaModel(const ModelConfig& config, LlamaWeights weights, kernels::Backend* backend,
                        const TpPlan& plan)
     : config_(config),
@@ -68,6 +63,12 @@ void LlamaModel::SetTensorParallelPeers(std::vector<LlamaModel*> peers, RankExec
   }
   peers_ = std::move(peers);
   executor_ = executor;
+}
+
+const float* LlamaModel::ObservedCopy(const float* x, size_t n) {
+  observed_.resize(n);
+  backend_->CopyToHost(observed_.data(), x, n * sizeof(float));
+  return observed_.data();
 }
 
 void LlamaModel::EnsureWorkspace(int32_t num_tokens, int32_t num_logits) {
@@ -149,8 +150,8 @@ void LlamaModel::ForwardRank(const ForwardBatch& batch, PagedKvCache& cache,
     block_tables_ = kernels::BackendBuffer(backend_, table_bytes);
   backend_->CopyToDevice(block_tables_.data(), batch.block_tables.data(), table_bytes);
 
-  backend_->Embedding({ids_.as<int32_t>(), weights_.embed_tokens.as<float>(), hidden_.as<float>(),
-                       n, c.vocab_size, c.hidden_size});
+  backend_->Embedding({ids_.as<int32_t>(), weights_.embed_tokens.data.data(), hidden_.as<float>(),
+                       n, c.vocab_size, c.hidden_size, weights_.embed_tokens.dtype});
   for (int32_t layer = 0; layer < c.num_hidden_layers; ++layer) {
     const LlamaLayerWeights& w = weights_.layers[layer];
     backend_->RmsNorm({hidden_.as<float>(), w.input_layernorm.as<float>(), normed_.as<float>(), n,
@@ -170,8 +171,7 @@ void LlamaModel::ForwardRank(const ForwardBatch& batch, PagedKvCache& cache,
          static_cast<float>(c.rms_norm_eps)});
   }
   const int32_t shard = plan_.vocab_shard;
-  kernels::WeightView lm_head{weights_.LmHead(), kernels::WeightDtype::kF32, shard, c.hidden_size};
-  backend_->MatMul({last, lm_head, logits_.as<float>(), num_logits, false});
+  backend_->MatMul({last, weights_.LmHeadView(shard), logits_.as<float>(), num_logits, false});
   if (plan_.world_size == 1) {
     if (logits)
       backend_->CopyToHost(logits->data(), logits_.data(), logits->size() * sizeof(float));
@@ -198,18 +198,17 @@ void LlamaModel::Attention(int32_t layer, const ForwardBatch& batch, PagedKvCach
   const ModelConfig& c = config_;
   const LlamaLayerWeights& w = weights_.layers[layer];
   const int32_t n = batch.num_tokens();
-  const int32_t q_dim = plan_.num_heads * c.head_dim;
-  const int32_t kv_dim = plan_.num_kv_heads * c.head_dim;
   const float* x = normed_.as<float>();
+  if (activation_observer_)
+    activation_observer_(layer, LinearInput::kAttnIn,
+                         ObservedCopy(x, size_t{1} * n * c.hidden_size), n, c.hidden_size);
 
-  backend_->MatMul({x, ViewWeight(w.q_proj, q_dim, c.hidden_size), q_.as<float>(), n, false});
-  backend_->MatMul({x, ViewWeight(w.k_proj, kv_dim, c.hidden_size), k_.as<float>(), n, false});
-  backend_->MatMul({x, ViewWeight(w.v_proj, kv_dim, c.hidden_size), v_.as<float>(), n, false});
-  if (key_observer_) {
-    observed_keys_.resize(static_cast<size_t>(n) * kv_dim);
-    backend_->CopyToHost(observed_keys_.data(), k_.data(), observed_keys_.size() * sizeof(float));
-    key_observer_(layer, observed_keys_.data(), n);
-  }
+  backend_->MatMul({x, w.q_proj.View(), q_.as<float>(), n, false});
+  backend_->MatMul({x, w.k_proj.View(), k_.as<float>(), n, false});
+  backend_->MatMul({x, w.v_proj.View(), v_.as<float>(), n, false});
+  if (key_observer_)
+    key_observer_(layer,
+                  ObservedCopy(k_.as<float>(), size_t{1} * n * plan_.num_kv_heads * c.head_dim), n);
   backend_->Rope({q_.as<float>(), positions_.as<int32_t>(), inv_freq_.as<float>(), n,
                   plan_.num_heads, c.head_dim, 1.0f});
   // tq formats store keys before RoPE and rotate them inside attention.
@@ -233,11 +232,15 @@ void LlamaModel::Attention(int32_t layer, const ForwardBatch& batch, PagedKvCach
   p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   p.cache = view;
   backend_->PagedAttention(p);
+  if (activation_observer_) {
+    const int32_t cols = plan_.num_heads * c.head_dim;
+    activation_observer_(layer, LinearInput::kAttnOut,
+                         ObservedCopy(attn_.as<float>(), size_t{1} * n * cols), n, cols);
+  }
   // Residual add fused into o_proj. Under TP rank 0 adds its partial sum to
   // the residual and the others overwrite their copy of it with theirs, so the
   // all-reduce yields residual + o_proj(attn) with no extra buffer.
-  backend_->MatMul({attn_.as<float>(), ViewWeight(w.o_proj, c.hidden_size, q_dim),
-                    hidden_.as<float>(), n, plan_.rank == 0});
+  backend_->MatMul({attn_.as<float>(), w.o_proj.View(), hidden_.as<float>(), n, plan_.rank == 0});
   AllReduceHidden(n);
 }
 
@@ -246,12 +249,19 @@ void LlamaModel::Mlp(int32_t layer, int32_t n) {
   const LlamaLayerWeights& w = weights_.layers[layer];
   const float* x = normed_.as<float>();
   const int32_t inter = plan_.intermediate;
-  backend_->MatMul({x, ViewWeight(w.gate_proj, inter, c.hidden_size), gate_.as<float>(), n, false});
-  backend_->MatMul({x, ViewWeight(w.up_proj, inter, c.hidden_size), up_.as<float>(), n, false});
+  if (activation_observer_)
+    activation_observer_(layer, LinearInput::kMlpIn, ObservedCopy(x, size_t{1} * n * c.hidden_size),
+                         n, c.hidden_size);
+  backend_->MatMul({x, w.gate_proj.View(), gate_.as<float>(), n, false});
+  backend_->MatMul({x, w.up_proj.View(), up_.as<float>(), n, false});
   backend_->SiluMul({gate_.as<float>(), up_.as<float>(), gate_.as<float>(), n, inter});
+  if (activation_observer_) {
+    activation_observer_(layer, LinearInput::kMlpDown,
+                         ObservedCopy(gate_.as<float>(), size_t{1} * n * inter), n, inter);
+  }
   // Residual as in Attention (rank 0 accumulates, the all-reduce sums).
-  backend_->MatMul({gate_.as<float>(), ViewWeight(w.down_proj, c.hidden_size, inter),
-                    hidden_.as<float>(), n, plan_.rank == 0});
+  backend_->MatMul(
+      {gate_.as<float>(), w.down_proj.View(), hidden_.as<float>(), n, plan_.rank == 0});
   AllReduceHidden(n);
 }
 

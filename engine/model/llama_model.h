@@ -66,6 +66,20 @@ class LlamaModel {
   using KeyObserver = std::function<void(int32_t layer, const float* keys, int32_t num_tokens)>;
   void SetKeyObserver(KeyObserver observer) { key_observer_ = std::move(observer); }
 
+  /// The inputs of a layer's linear modules: q/k/v share kAttnIn (the
+  /// normed hidden state), o_proj reads kAttnOut, gate/up share kMlpIn and
+  /// down_proj reads kMlpDown (silu(gate) * up).
+  enum class LinearInput : uint8_t { kAttnIn, kAttnOut, kMlpIn, kMlpDown };
+  /// Called in Forward with each linear input: (layer, input, x [rows, cols]
+  /// host fp32). Used to measure per-channel activation second moments for
+  /// the quantization sensitivity search (engine/quant/sensitivity.h). The
+  /// inputs are copied to host memory first (any backend).
+  using ActivationObserver = std::function<void(int32_t layer, LinearInput input, const float* x,
+                                                int32_t rows, int32_t cols)>;
+  void SetActivationObserver(ActivationObserver observer) {
+    activation_observer_ = std::move(observer);
+  }
+
   const ModelConfig& config() const { return config_; }
   const LlamaWeights& weights() const { return weights_; }
   const TpPlan& tp_plan() const { return plan_; }
@@ -87,7 +101,10 @@ class LlamaModel {
   RankExecutor* executor_ = nullptr;
   kernels::BackendBuffer inv_freq_;  // [head_dim / 2]
   KeyObserver key_observer_;
-  std::vector<float> observed_keys_;  // host copy of the keys for key_observer_
+  ActivationObserver activation_observer_;
+  // Host copy of what the observers see (backend memory may be a device's).
+  std::vector<float> observed_;
+  const float* ObservedCopy(const float* x, size_t n);
 
   // Activation workspace, grown on demand (backend memory).
   int32_t capacity_tokens_ = 0;
@@ -97,9 +114,5 @@ class LlamaModel {
   kernels::BackendBuffer last_hidden_, logits_, gathered_logits_;
   std::vector<float> gathered_host_;  // TP rank 0: the all-gathered logit shards
 };
-
-/// Wraps weights in a kernels::WeightView.
-kernels::WeightView ViewWeight(const kernels::BackendBuffer& buffer, int32_t out_features,
-                               int32_t in_features);
 
 }  // namespace tq

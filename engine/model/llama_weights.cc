@@ -1,71 +1,346 @@
 // Loads a Llama checkpoint's tensors (HF names, see transformers
-// models/llama/modeling_llama.py) into fp32 backend buffers, whole or as one
-// tensor-parallel rank's slices (engine/parallel/tp_plan.h).
+// models/llama/modeling_llama.py) into backend buffers: dense, quantized at
+// load time, or as stored by `tqserve quantize` (docs/quantization.md).
 #include "engine/model/llama_weights.h"
 
-#include <algorithm>
+#include <cstdio>
 
 #include "engine/common/error.h"
 #include "engine/model/safetensors.h"
+#include "engine/quant/quant_config.h"
+#include "engine/quant/quantized_checkpoint.h"
+#include "engine/quant/tensor_stream.h"
 
 namespace tq {
 namespace {
-constexpr size_t kChunkElems = size_t{16} << 20;  // 64 MB of fp32 per host round trip
 
-// A rectangle of a 2-D tensor [rows, cols] (a 1-D tensor is one row).
+using kernels::WeightDtype;
+
+// The 16-bit format a tensor keeps when the model is quantized: its own
+// F16/BF16, else fp16.
+WeightDtype Dense16(TensorDtype src) {
+  return src == TensorDtype::kBF16 ? WeightDtype::kBF16 : WeightDtype::kF16;
+}
+
+// A rectangle of a 2-D tensor [rows, cols] (a 1-D tensor is one row): one
+// tensor-parallel rank's slice.
 struct Slice {
   int64_t row0 = 0, rows = -1;  // -1: all
   int64_t col0 = 0, cols = -1;
   int64_t out_rows = -1;  // rows of the buffer (>= rows; the rest zero); -1: rows
 };
 
-}  // namespace
+// The elements [begin, begin + count) of t as a TensorInfo of their own.
+TensorInfo Part(const TensorInfo& t, int64_t begin, int64_t count) {
+  const size_t esize = TensorDtypeBytes(t.dtype);
+  TensorInfo part = t;
+  part.shape = {count};
+  part.data = t.data + static_cast<size_t>(begin) * esize;
+  part.nbytes = static_cast<size_t>(count) * esize;
+  return part;
+}
 
-LlamaWeights LoadLlamaWeights(const std::string& model_dir, const ModelConfig& config,
-                              kernels::Backend* backend, const TpPlan& tp) {
-  const SafetensorsCheckpoint ckpt(model_dir);
-  const TpPlan plan = tp.world_size > 1 ? tp : MakeTpPlan(config, 0, 1);
-  LlamaWeights w;
-  std::vector<float> host;
-  auto load = [&](const std::string& name, std::vector<int64_t> shape, Slice s = {}) {
-    const TensorInfo& t = ckpt.Require(name, shape);
+class Loader {
+ public:
+  Loader(const std::string& dir, kernels::Backend* backend) : ckpt_(dir), backend_(backend) {}
+
+  // An fp32 vector (norms).
+  kernels::BackendBuffer Vector(const std::string& name, int64_t n) {
+    LinearWeight w = Dense(name, {n}, {}, WeightDtype::kF32);
+    return std::move(w.data);
+  }
+
+  // The slice s of a dense tensor of `shape`, converted to `target` (kF32,
+  // kF16 or kBF16) a contiguous run (whole rows, or one row's columns) at a time.
+  LinearWeight Dense(const std::string& name, const std::vector<int64_t>& shape, const Slice& s,
+                     WeightDtype target) {
+    const TensorInfo& t = ckpt_.Require(name, shape);
     const int64_t full_cols = shape.size() == 2 ? shape[1] : shape[0];
     const int64_t full_rows = shape.size() == 2 ? shape[0] : 1;
     const int64_t rows = s.rows < 0 ? full_rows : s.rows;
     const int64_t cols = s.cols < 0 ? full_cols : s.cols;
-    const int64_t out_rows = std::max(rows, s.out_rows);
-    kernels::BackendBuffer buf(backend, static_cast<size_t>(out_rows * cols) * sizeof(float));
-    // Converts row segments through a bounded host buffer (a 128k-vocab
-    // embedding is 2 GB in fp32); whole rows are one run of elements.
-    const size_t esize = TensorDtypeBytes(t.dtype);
+    LinearWeight w = Empty(std::max(rows, s.out_rows), cols, target);
+    const size_t esize = target == WeightDtype::kF32 ? 4 : 2;
+    w.data = kernels::BackendBuffer(backend_, static_cast<size_t>(w.num_params()) * esize);
     const bool whole_rows = cols == full_cols;
-    const int64_t run = whole_rows ? rows * cols : cols;  // elements per contiguous run
-    const int64_t runs = whole_rows ? 1 : rows;
-    size_t done = 0;  // elements copied to the backend
-    for (int64_t r = 0; r < runs; ++r) {
+    const int64_t run = whole_rows ? rows * cols : cols;
+    for (int64_t r = 0; r < (whole_rows ? 1 : rows); ++r) {
       const int64_t first = (s.row0 + r) * full_cols + s.col0;
-      for (int64_t begin = 0; begin < run;) {
-        const int64_t count = std::min<int64_t>(static_cast<int64_t>(kChunkElems), run - begin);
-        TensorInfo part = t;
-        part.shape = {count};
-        part.data = t.data + static_cast<size_t>(first + begin) * esize;
-        part.nbytes = static_cast<size_t>(count) * esize;
-        host.resize(static_cast<size_t>(count));
-        part.ToFloat(host.data());
-        backend->CopyToDevice(buf.as<float>() + done, host.data(),
-                              static_cast<size_t>(count) * sizeof(float));
-        done += static_cast<size_t>(count);
-        begin += count;
+      uint8_t* dst = w.data.as<uint8_t>() + static_cast<size_t>(r * cols) * esize;
+      quant::ConvertTensor(Part(t, first, run), target,
+                           [&](int64_t begin, int64_t count, const void* bytes) {
+                             backend_->CopyToDevice(dst + static_cast<size_t>(begin) * esize, bytes,
+                                                    static_cast<size_t>(count) * esize);
+                           });
+    }
+    return w;
+  }
+
+  // Quantizes the slice s of a dense [out, in] tensor a chunk of rows at a time.
+  LinearWeight Quantize(const std::string& name, int64_t out, int64_t in, const Slice& s,
+                        const quant::QuantFormat& f) {
+    const TensorInfo& t = ckpt_.Require(name, {out, in});
+    const int64_t rows = s.rows < 0 ? out : s.rows;
+    const int64_t cols = s.cols < 0 ? in : s.cols;
+    CheckSliceGroups(name, s, cols, f);
+    LinearWeight w = Quantized(rows, cols, f);
+    const int64_t code_bytes = quant::CodeBytesPerRow(f, static_cast<int32_t>(cols));
+    const int64_t groups = cols / f.group_size;
+    auto store = [&](int64_t r0, int64_t n, const uint8_t* codes, const uint16_t* scales,
+                     const uint16_t* zeros) {
+      backend_->CopyToDevice(w.data.as<uint8_t>() + r0 * code_bytes, codes,
+                             static_cast<size_t>(n * code_bytes));
+      const auto bytes = static_cast<size_t>(n * groups * 2);
+      backend_->CopyToDevice(w.scales.as<uint16_t>() + r0 * groups, scales, bytes);
+      if (zeros) backend_->CopyToDevice(w.zeros.as<uint16_t>() + r0 * groups, zeros, bytes);
+    };
+    if (cols == in) {  // whole rows: one contiguous [rows, in] matrix
+      TensorInfo part = Part(t, s.row0 * in, rows * in);
+      part.shape = {rows, in};
+      quant::QuantizeTensor(part, f, store);
+      return w;
+    }
+    // A column slice: gather each row's segment, then quantize it as a row.
+    std::vector<float> row;
+    std::vector<uint8_t> codes(static_cast<size_t>(code_bytes));
+    std::vector<uint16_t> scales(static_cast<size_t>(groups)), zeros(scales.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      quant::ReadFloatRange(t, (s.row0 + r) * in + s.col0, cols, &row);
+      try {
+        quant::QuantizeRows(row.data(), 1, static_cast<int32_t>(cols), f, codes.data(),
+                            scales.data(), zeros.data());
+      } catch (const Error& e) {
+        throw Error(t.file + ": tensor " + name + ": " + e.what());
+      }
+      store(r, 1, codes.data(), scales.data(), f.symmetric ? nullptr : zeros.data());
+    }
+    return w;
+  }
+
+  // The slice s of a module stored quantized by `tqserve quantize`.
+  LinearWeight Stored(const std::string& module, int64_t out, int64_t in, const Slice& s,
+                      const quant::QuantFormat& f) {
+    quant::CheckFormat(f, in, ckpt_.dir() + "/config.json: " + module);
+    const int64_t rows = s.rows < 0 ? out : s.rows;
+    const int64_t cols = s.cols < 0 ? in : s.cols;
+    CheckSliceGroups(module, s, cols, f);
+    const int64_t groups = in / f.group_size;
+    const int64_t code_bytes = quant::CodeBytesPerRow(f, static_cast<int32_t>(in));
+    const TensorInfo& codes =
+        Require(module + quant::kCodesSuffix, {out, code_bytes}, TensorDtype::kU8);
+    const TensorInfo& scales =
+        Require(module + quant::kScalesSuffix, {out, groups}, TensorDtype::kF16);
+    const TensorInfo* zeros = ckpt_.Find(module + quant::kZerosSuffix);
+    if (f.symmetric == (zeros != nullptr)) {
+      throw Error(codes.file + ": " + module + " is " + f.ToString() + " in config.json but " +
+                  (zeros ? "has" : "lacks") + " tensor " + module + quant::kZerosSuffix);
+    }
+    if (zeros) Require(module + quant::kZerosSuffix, {out, groups}, TensorDtype::kF16);
+    LinearWeight w = Quantized(rows, cols, f);
+    // Row r of the slice: bytes [col0 * bits / 8, cols * bits / 8) of the
+    // codes and groups [col0 / g, cols / g) of scales and zeros.
+    const int64_t slice_code_bytes = quant::CodeBytesPerRow(f, static_cast<int32_t>(cols));
+    const int64_t code0 = quant::CodeBytesPerRow(f, static_cast<int32_t>(s.col0));
+    const int64_t slice_groups = cols / f.group_size, group0 = s.col0 / f.group_size;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t src = s.row0 + r;
+      backend_->CopyToDevice(w.data.as<uint8_t>() + r * slice_code_bytes,
+                             codes.data + src * code_bytes + code0,
+                             static_cast<size_t>(slice_code_bytes));
+      const size_t group_bytes = static_cast<size_t>(slice_groups) * 2;
+      const size_t from = static_cast<size_t>(src * groups + group0) * 2;
+      backend_->CopyToDevice(w.scales.as<uint16_t>() + r * slice_groups, scales.data + from,
+                             group_bytes);
+      if (zeros) {
+        backend_->CopyToDevice(w.zeros.as<uint16_t>() + r * slice_groups, zeros->data + from,
+                               group_bytes);
       }
     }
-    w.total_bytes += buf.bytes();
-    return buf;
+    return w;
+  }
+
+  TensorDtype SourceDtype(const std::string& name) const {
+    const TensorInfo* t = ckpt_.Find(name);
+    return t ? t->dtype : TensorDtype::kF32;
+  }
+
+ private:
+  // A row-parallel slice must cut between groups, so that every rank's
+  // codes are the unsplit model's (and int4 bytes are not split).
+  void CheckSliceGroups(const std::string& name, const Slice& s, int64_t cols,
+                        const quant::QuantFormat& f) const {
+    if (s.col0 % f.group_size != 0 || cols % f.group_size != 0) {
+      throw Error(ckpt_.dir() + ": " + name + ": group_size " + std::to_string(f.group_size) +
+                  " does not divide the tensor-parallel slice of " + std::to_string(cols) +
+                  " input channels at " + std::to_string(s.col0) +
+                  "; use a smaller group or --tensor-parallel-size");
+    }
+  }
+
+  static LinearWeight Empty(int64_t out, int64_t in, WeightDtype dtype) {
+    LinearWeight w;
+    w.dtype = dtype;
+    w.out_features = static_cast<int32_t>(out);
+    w.in_features = static_cast<int32_t>(in);
+    return w;
+  }
+
+  LinearWeight Quantized(int64_t out, int64_t in, const quant::QuantFormat& f) {
+    LinearWeight w = Empty(out, in, f.bits == 4 ? WeightDtype::kInt4 : WeightDtype::kInt8);
+    w.group_size = f.group_size;
+    const auto groups = static_cast<size_t>(out * (in / f.group_size));
+    w.data = kernels::BackendBuffer(
+        backend_, static_cast<size_t>(out * quant::CodeBytesPerRow(f, static_cast<int32_t>(in))));
+    w.scales = kernels::BackendBuffer(backend_, groups * 2);
+    if (!f.symmetric) w.zeros = kernels::BackendBuffer(backend_, groups * 2);
+    return w;
+  }
+
+  const TensorInfo& Require(const std::string& name, std::vector<int64_t> shape,
+                            TensorDtype dtype) {
+    const TensorInfo& t = ckpt_.Require(name, shape);
+    if (t.dtype != dtype) {
+      throw Error(t.file + ": tensor " + name + " has dtype " + TensorDtypeName(t.dtype) +
+                  ", expected " + TensorDtypeName(dtype));
+    }
+    return t;
+  }
+
+  SafetensorsCheckpoint ckpt_;
+  kernels::Backend* backend_;
+};
+
+LinearWeight& Slot(LlamaLayerWeights& l, const std::string& short_name) {
+  if (short_name == "self_attn.q_proj") return l.q_proj;
+  if (short_name == "self_attn.k_proj") return l.k_proj;
+  if (short_name == "self_attn.v_proj") return l.v_proj;
+  if (short_name == "self_attn.o_proj") return l.o_proj;
+  if (short_name == "mlp.gate_proj") return l.gate_proj;
+  if (short_name == "mlp.up_proj") return l.up_proj;
+  return l.down_proj;
+}
+
+std::string HumanBytes(double b) {
+  const char* unit[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  while (b >= 1024.0 && u < 3) {
+    b /= 1024.0;
+    ++u;
+  }
+  char s[32];
+  std::snprintf(s, sizeof(s), "%.2f %s", b, unit[u]);
+  return s;
+}
+
+}  // namespace
+
+const char* WeightPrecisionName(WeightDtype dtype) {
+  switch (dtype) {
+    case WeightDtype::kF32:
+    case WeightDtype::kF32Panels:
+      return "fp32";
+    case WeightDtype::kF16:
+      return "fp16";
+    case WeightDtype::kBF16:
+      return "bf16";
+    case WeightDtype::kInt8:
+      return "int8";
+    case WeightDtype::kInt4:
+      return "int4";
+  }
+  return "?";
+}
+
+kernels::WeightView LinearWeight::View() const {
+  kernels::WeightView v;
+  v.data = data.data();
+  v.dtype = dtype;
+  v.out_features = out_features;
+  v.in_features = in_features;
+  v.scales = scales.as<const uint16_t>();
+  v.zeros = zeros.as<const uint16_t>();
+  v.group_size = group_size;
+  return v;
+}
+
+kernels::WeightView LlamaWeights::LmHeadView(int32_t rows) const {
+  if (!lm_head.empty()) return lm_head.View();
+  kernels::WeightView v = embed_tokens.View();
+  const size_t esize = embed_tokens.dtype == kernels::WeightDtype::kF32 ? 4 : 2;
+  v.data =
+      embed_tokens.data.as<const uint8_t>() + lm_head_offset * embed_tokens.in_features * esize;
+  v.out_features = rows;
+  return v;
+}
+
+std::map<std::string, size_t> LlamaWeights::BytesByPrecision() const {
+  std::map<std::string, size_t> out;
+  auto add = [&](const LinearWeight& w) {
+    if (!w.empty()) out[WeightPrecisionName(w.dtype)] += w.bytes();
   };
+  add(embed_tokens);
+  add(lm_head);
+  out["fp32"] += norm.bytes();
+  for (const LlamaLayerWeights& l : layers) {
+    out["fp32"] += l.input_layernorm.bytes() + l.post_attention_layernorm.bytes();
+    for (const LinearWeight* w :
+         {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) {
+      add(*w);
+    }
+  }
+  return out;
+}
+
+double LlamaWeights::AverageBitsPerWeight() const {
+  int64_t params =
+      embed_tokens.num_params() + lm_head.num_params() + static_cast<int64_t>(norm.bytes() / 4);
+  for (const LlamaLayerWeights& l : layers) {
+    params +=
+        static_cast<int64_t>((l.input_layernorm.bytes() + l.post_attention_layernorm.bytes()) / 4);
+    for (const LinearWeight* w :
+         {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) {
+      params += w->num_params();
+    }
+  }
+  return params > 0 ? 8.0 * static_cast<double>(total_bytes) / static_cast<double>(params) : 0.0;
+}
+
+std::string LlamaWeights::MemorySummary() const {
+  std::string s = "weights " + HumanBytes(static_cast<double>(total_bytes)) + " (";
+  bool first = true;
+  for (const auto& [precision, bytes] : BytesByPrecision()) {
+    s += (first ? "" : ", ") + precision + " " + std::to_string(bytes) + " B";
+    first = false;
+  }
+  char bits[48];
+  std::snprintf(bits, sizeof(bits), "), %.3f bits per weight", AverageBitsPerWeight());
+  return s + bits;
+}
+
+LlamaWeights LoadLlamaWeights(const std::string& model_dir, const ModelConfig& config,
+                              kernels::Backend* backend, const TpPlan& tp,
+                              const WeightLoadOptions& options) {
+  Loader loader(model_dir, backend);
+  const TpPlan plan = tp.world_size > 1 ? tp : MakeTpPlan(config, 0, 1);
+  const std::map<std::string, quant::QuantFormat> stored =
+      quant::ReadCheckpointQuantization(model_dir);
+  if (!stored.empty() && options.quant != nullptr) {
+    throw Error(model_dir +
+                ": the checkpoint is already quantized (config.json "
+                "quantization_config); load it without --quantization-config");
+  }
+  const std::map<std::string, quant::QuantFormat> formats =
+      options.quant ? quant::PlanFormats(*options.quant, config) : stored;
+  const bool quantized_model = !formats.empty();
+  // embed_tokens / lm_head: 16-bit in a quantized model, else fp32 as always.
+  auto dense = [&](const std::string& name, int64_t rows, int64_t cols, const Slice& s) {
+    const WeightDtype target =
+        quantized_model ? Dense16(loader.SourceDtype(name)) : WeightDtype::kF32;
+    return loader.Dense(name, {rows, cols}, s, target);
+  };
+
   const int64_t hidden = config.hidden_size;
-  const int64_t inter = config.intermediate_size;
   const int64_t hd = config.head_dim;
-  const int64_t q_dim = int64_t{config.num_attention_heads} * hd;
-  const int64_t kv_dim = int64_t{config.num_key_value_heads} * hd;
   const int64_t vocab = config.vocab_size;
   // Column-parallel: rows of the rank's heads / channels; row-parallel: columns.
   const Slice q_rows{plan.first_head * hd, plan.num_heads * hd};
@@ -73,32 +348,55 @@ LlamaWeights LoadLlamaWeights(const std::string& model_dir, const ModelConfig& c
   const Slice o_cols{0, -1, plan.first_head * hd, plan.num_heads * hd};
   const Slice inter_rows{plan.first_intermediate, plan.intermediate};
   const Slice down_cols{0, -1, plan.first_intermediate, plan.intermediate};
+  auto slice_of = [&](const std::string& short_name) {
+    if (short_name == "self_attn.q_proj") return q_rows;
+    if (short_name == "self_attn.k_proj" || short_name == "self_attn.v_proj") return kv_rows;
+    if (short_name == "self_attn.o_proj") return o_cols;
+    if (short_name == "mlp.down_proj") return down_cols;
+    return inter_rows;
+  };
 
-  w.embed_tokens = load("model.embed_tokens.weight", {vocab, hidden});
+  LlamaWeights w;
+  w.embed_tokens = dense("model.embed_tokens.weight", vocab, hidden, {});
   w.layers.resize(static_cast<size_t>(config.num_hidden_layers));
   for (int32_t i = 0; i < config.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     LlamaLayerWeights& l = w.layers[static_cast<size_t>(i)];
-    l.input_layernorm = load(p + "input_layernorm.weight", {hidden});
-    l.q_proj = load(p + "self_attn.q_proj.weight", {q_dim, hidden}, q_rows);
-    l.k_proj = load(p + "self_attn.k_proj.weight", {kv_dim, hidden}, kv_rows);
-    l.v_proj = load(p + "self_attn.v_proj.weight", {kv_dim, hidden}, kv_rows);
-    l.o_proj = load(p + "self_attn.o_proj.weight", {hidden, q_dim}, o_cols);
-    l.post_attention_layernorm = load(p + "post_attention_layernorm.weight", {hidden});
-    l.gate_proj = load(p + "mlp.gate_proj.weight", {inter, hidden}, inter_rows);
-    l.up_proj = load(p + "mlp.up_proj.weight", {inter, hidden}, inter_rows);
-    l.down_proj = load(p + "mlp.down_proj.weight", {hidden, inter}, down_cols);
+    l.input_layernorm = loader.Vector(p + "input_layernorm.weight", hidden);
+    l.post_attention_layernorm = loader.Vector(p + "post_attention_layernorm.weight", hidden);
   }
-  w.norm = load("model.norm.weight", {hidden});
+  for (const quant::LinearModule& m : quant::LlamaLinearModules(config)) {
+    LinearWeight& slot = Slot(w.layers[static_cast<size_t>(m.layer)], m.short_name);
+    const std::string tensor = m.name + ".weight";
+    const Slice s = slice_of(m.short_name);
+    if (!quantized_model) {
+      slot = loader.Dense(tensor, {m.out_features, m.in_features}, s, WeightDtype::kF32);
+      continue;
+    }
+    const auto it = formats.find(m.name);
+    if (it == formats.end()) {
+      throw Error(model_dir + "/config.json: quantization_config has no entry for " + m.name);
+    }
+    const quant::QuantFormat& f = it->second;
+    if (!f.quantized()) {
+      slot = dense(tensor, m.out_features, m.in_features, s);
+    } else if (!stored.empty()) {
+      slot = loader.Stored(m.name, m.out_features, m.in_features, s, f);
+    } else {
+      slot = loader.Quantize(tensor, m.out_features, m.in_features, s, f);
+    }
+  }
+  w.norm = loader.Vector("model.norm.weight", hidden);
   // lm_head by vocabulary: [vocab_shard, hidden], zero rows past the vocabulary.
   const Slice vocab_rows{plan.first_vocab, plan.vocab_rows, 0, -1, plan.vocab_shard};
   if (!config.tie_word_embeddings) {
-    w.lm_head = load("lm_head.weight", {vocab, hidden}, vocab_rows);
+    w.lm_head = dense("lm_head.weight", vocab, hidden, vocab_rows);
   } else if (plan.vocab_rows < plan.vocab_shard) {
-    w.lm_head = load("model.embed_tokens.weight", {vocab, hidden}, vocab_rows);
+    w.lm_head = dense("model.embed_tokens.weight", vocab, hidden, vocab_rows);
   } else {
-    w.lm_head_offset = static_cast<size_t>(plan.first_vocab) * config.hidden_size;
+    w.lm_head_offset = static_cast<size_t>(plan.first_vocab);
   }
+  for (const auto& [precision, bytes] : w.BytesByPrecision()) w.total_bytes += bytes;
   return w;
 }
 

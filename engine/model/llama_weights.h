@@ -1,6 +1,11 @@
-// Weights of a Llama-family model, loaded from a HF checkpoint into backend memory.
+// Weights of a Llama-family model, loaded from a HF checkpoint into backend
+// memory: dense (fp32/fp16/bf16) or group-wise quantized (int8/int4, see
+// docs/quantization.md), quantized at load time from a config or read from a
+// checkpoint that `tqserve quantize` wrote.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -10,39 +15,90 @@
 
 namespace tq {
 
-/// One decoder layer's tensors (HF names model.layers.N.*), fp32 in backend
-/// memory; under tensor parallelism the rank's slices (TpPlan): heads, KV heads
-/// and intermediate channels replace the full counts in the shapes below.
+namespace quant {
+struct QuantConfig;
+}
+
+/// One weight matrix [out_features, in_features] in backend memory, in the
+/// storage format of kernels::WeightView: dense elements, or packed integer
+/// codes with fp16 scales and (asymmetric only) fp16 zero points per group of
+/// group_size input channels. Owned by LlamaWeights; read-only after loading.
+struct LinearWeight {
+  kernels::BackendBuffer data;    // dense elements or packed codes, row-major
+  kernels::BackendBuffer scales;  // int formats: fp16 bits [out, in / group_size]
+  kernels::BackendBuffer zeros;   // asymmetric int formats: fp16 bits, same shape
+  kernels::WeightDtype dtype = kernels::WeightDtype::kF32;
+  int32_t out_features = 0;
+  int32_t in_features = 0;
+  int32_t group_size = 0;  // int formats only
+
+  /// The kernels' view of this weight (pointers into the buffers above).
+  kernels::WeightView View() const;
+  /// Backend bytes held: data + scales + zeros.
+  size_t bytes() const { return data.bytes() + scales.bytes() + zeros.bytes(); }
+  int64_t num_params() const { return int64_t{out_features} * in_features; }
+  bool empty() const { return data.data() == nullptr; }
+};
+
+/// "fp32", "fp16", "bf16", "int8", "int4": the label of
+/// tqserve_memory_weights_bytes{precision} (docs/metrics.md).
+const char* WeightPrecisionName(kernels::WeightDtype dtype);
+
+/// One decoder layer's tensors (HF names model.layers.N.*). Norms stay fp32.
+/// Under tensor parallelism the rank's slices (TpPlan): heads, KV heads and
+/// intermediate channels replace the full counts in the shapes below.
 struct LlamaLayerWeights {
-  kernels::BackendBuffer input_layernorm;           // [hidden]
-  kernels::BackendBuffer q_proj, k_proj, v_proj;    // [heads*hd, hidden], [kv*hd, hidden] x2
-  kernels::BackendBuffer o_proj;                    // [hidden, heads*hd]
-  kernels::BackendBuffer post_attention_layernorm;  // [hidden]
-  kernels::BackendBuffer gate_proj, up_proj;        // [inter, hidden]
-  kernels::BackendBuffer down_proj;                 // [hidden, inter]
+  kernels::BackendBuffer input_layernorm;           // fp32 [hidden]
+  LinearWeight q_proj, k_proj, v_proj;              // [heads*hd, hidden], [kv*hd, hidden] x2
+  LinearWeight o_proj;                              // [hidden, heads*hd]
+  kernels::BackendBuffer post_attention_layernorm;  // fp32 [hidden]
+  LinearWeight gate_proj, up_proj;                  // [inter, hidden]
+  LinearWeight down_proj;                           // [hidden, inter]
 };
 
 /// All weights. lm_head aliases embed_tokens when tie_word_embeddings.
+/// embed_tokens and lm_head are dense (fp32, or 16-bit in a quantized model).
 struct LlamaWeights {
-  kernels::BackendBuffer embed_tokens;  // [vocab, hidden]
+  LinearWeight embed_tokens;  // [vocab, hidden]
   std::vector<LlamaLayerWeights> layers;
-  kernels::BackendBuffer norm;     // [hidden]
-  kernels::BackendBuffer lm_head;  // [vocab, hidden] (TP: [vocab_shard, hidden]); empty when tied
-  size_t total_bytes = 0;          // backend bytes held
-  size_t lm_head_offset = 0;       // tied under TP: elements into embed_tokens of the shard
+  kernels::BackendBuffer norm;  // fp32 [hidden]
+  LinearWeight lm_head;         // [vocab, hidden] (TP: [vocab_shard, hidden]); empty when tied
+  size_t total_bytes = 0;       // backend bytes held (all tensors)
+  size_t lm_head_offset = 0;    // tied under TP: rows into embed_tokens of the shard
 
-  const float* LmHead() const {
-    return lm_head.data() ? lm_head.as<float>() : embed_tokens.as<float>() + lm_head_offset;
-  }
+  /// The lm_head matrix of `rows` output rows: lm_head, or embed_tokens from
+  /// row lm_head_offset when tied.
+  kernels::WeightView LmHeadView(int32_t rows) const;
+  /// Backend bytes by WeightPrecisionName (norms count as fp32); integer
+  /// formats include their scales and zeros.
+  std::map<std::string, size_t> BytesByPrecision() const;
+  /// Stored bits per parameter over all tensors (8 * total_bytes / params).
+  double AverageBitsPerWeight() const;
+  /// One line for the start-up log: total, bytes per precision, bits/weight.
+  std::string MemorySummary() const;
 };
 
-/// Loads and converts (F32/F16/BF16 -> fp32) every tensor the config needs,
-/// checking each shape. With a TpPlan of world_size > 1 only the rank's slices
-/// are read from the mmapped files (embeddings and norms whole); a tied
-/// lm_head shard is a view into embed_tokens when the vocabulary splits
+/// How to store the weights. Without a quant config an unquantized
+/// checkpoint loads as fp32 (F16/BF16 widened), as it always has.
+struct WeightLoadOptions {
+  /// Quantize the linear modules at load time by this config (null = no);
+  /// embed_tokens/lm_head are then stored 16-bit (the checkpoint's F16/BF16,
+  /// else fp16). Refused for a checkpoint that is already quantized.
+  const quant::QuantConfig* quant = nullptr;
+};
+
+/// Loads every tensor the config needs, checking each shape. Dense tensors
+/// convert through a bounded host buffer and quantized ones are quantized
+/// from the mmapped checkpoint a chunk of rows at a time, so no whole fp32
+/// copy of the model is ever held. A checkpoint written by `tqserve quantize`
+/// (tensors <module>.qweight/.scales/.qzeros, docs/quantization.md) loads
+/// as stored. With a TpPlan of world_size > 1 only the rank's slices are read
+/// (embeddings and norms whole; a row-parallel slice must hold whole groups);
+/// a tied lm_head shard is a view into embed_tokens when the vocabulary splits
 /// evenly, else a zero-padded copy. Throws tq::Error naming the file and
-/// tensor on a missing tensor or wrong shape.
+/// tensor on a missing tensor, wrong shape or a bad quantization config.
 LlamaWeights LoadLlamaWeights(const std::string& model_dir, const ModelConfig& config,
-                              kernels::Backend* backend, const TpPlan& plan = {});
+                              kernels::Backend* backend, const TpPlan& plan = {},
+                              const WeightLoadOptions& options = {});
 
 }  // namespace tq

@@ -64,6 +64,9 @@ void StoreFloat(float v, TensorDtype dtype, uint8_t* dst) {
       std::memcpy(dst, &h, 2);
       break;
     }
+    case TensorDtype::kU8:
+    case TensorDtype::kI8:
+      throw Error("random weights are floating point (F32, F16 or BF16)");
   }
 }
 
@@ -128,6 +131,9 @@ const char* TorchDtype(TensorDtype d) {
       return "float16";
     case TensorDtype::kBF16:
       return "bfloat16";
+    case TensorDtype::kU8:
+    case TensorDtype::kI8:
+      break;
   }
   return "float32";
 }

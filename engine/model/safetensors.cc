@@ -56,6 +56,10 @@ bool ParseDtype(const std::string& s, TensorDtype* dtype) {
     *dtype = TensorDtype::kF16;
   else if (s == "BF16")
     *dtype = TensorDtype::kBF16;
+  else if (s == "U8")
+    *dtype = TensorDtype::kU8;
+  else if (s == "I8")
+    *dtype = TensorDtype::kI8;
   else
     return false;
   return true;
@@ -83,8 +87,8 @@ std::pair<uint64_t, uint64_t> ParseEntry(const std::string& path, const std::str
   const auto dt = v.find("dtype");
   if (dt == v.end() || !dt->is_string()) Fail(path, t + " has no string \"dtype\"");
   if (!ParseDtype(dt->get<std::string>(), &info->dtype)) {
-    Fail(path,
-         t + " has unsupported dtype " + dt->get<std::string>() + " (supported: F32, F16, BF16)");
+    Fail(path, t + " has unsupported dtype " + dt->get<std::string>() +
+                   " (supported: F32, F16, BF16, U8, I8)");
   }
   const auto sh = v.find("shape");
   if (sh == v.end() || !sh->is_array()) Fail(path, t + " has no \"shape\" array");
@@ -140,12 +144,26 @@ const char* TensorDtypeName(TensorDtype dtype) {
       return "F16";
     case TensorDtype::kBF16:
       return "BF16";
+    case TensorDtype::kU8:
+      return "U8";
+    case TensorDtype::kI8:
+      return "I8";
   }
   return "?";
 }
 
 size_t TensorDtypeBytes(TensorDtype dtype) {
-  return dtype == TensorDtype::kF32 ? 4 : 2;
+  switch (dtype) {
+    case TensorDtype::kF32:
+      return 4;
+    case TensorDtype::kF16:
+    case TensorDtype::kBF16:
+      return 2;
+    case TensorDtype::kU8:
+    case TensorDtype::kI8:
+      return 1;
+  }
+  return 1;
 }
 
 int64_t TensorInfo::NumElements() const {
@@ -173,6 +191,12 @@ void TensorInfo::ToFloat(float* out) const {
         std::memcpy(&h, data + 2 * i, 2);
         out[i] = kernels::Bf16ToFloat(h);
       }
+      break;
+    case TensorDtype::kU8:
+      for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(data[i]);
+      break;
+    case TensorDtype::kI8:
+      for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<int8_t>(data[i]));
       break;
   }
 }

@@ -13,10 +13,12 @@
 
 namespace tq {
 
-/// Element types tqserve reads. Others (I8, F64, ...) are rejected at load.
-enum class TensorDtype : uint8_t { kF32, kF16, kBF16 };
+/// Element types tqserve reads. Others (F64, I32, ...) are rejected at load.
+/// U8 holds packed integer weight codes and I8 signed bytes (quantized
+/// checkpoints, docs/quantization.md).
+enum class TensorDtype : uint8_t { kF32, kF16, kBF16, kU8, kI8 };
 
-/// "F32", "F16", "BF16".
+/// "F32", "F16", "BF16", "U8", "I8".
 const char* TensorDtypeName(TensorDtype dtype);
 size_t TensorDtypeBytes(TensorDtype dtype);
 
@@ -31,7 +33,7 @@ struct TensorInfo {
   std::string file;  // path of the file it lives in, for error messages
 
   int64_t NumElements() const;
-  /// Converts to fp32 into out[NumElements()].
+  /// Converts to fp32 into out[NumElements()] (U8/I8: the integer values).
   void ToFloat(float* out) const;
 };
 
@@ -73,6 +75,7 @@ class SafetensorsCheckpoint {
   /// "<file>: tensor <name> has shape [..], expected [..]" on a shape mismatch.
   const TensorInfo& Require(const std::string& name, const std::vector<int64_t>& shape) const;
   size_t size() const { return index_.size(); }
+  const std::string& dir() const { return dir_; }
 
  private:
   std::string dir_;

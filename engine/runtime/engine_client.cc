@@ -49,8 +49,10 @@ EngineInfo DescribeEngine(const EngineOptions& options, const LoadedModel& m) {
   info.vocab_size = m.files.config.vocab_size;
   info.ranks = DescribeRanks(m);
   for (const RankMemory& r : info.ranks) {
-    info.weight_bytes["fp32"] += r.weight_bytes;  // widened at load (see llama_weights.h)
+    for (const auto& [precision, bytes] : r.weight_bytes) info.weight_bytes[precision] += bytes;
   }
+  info.weights_summary = m.model->weights().MemorySummary();
+  if (world > 1) info.weights_summary = "rank 0 " + info.weights_summary;
   info.kv_calibration_source = m.kv_calibration_source;
   info.device = std::string(m.backend->Name());
   info.device_note = m.device_note;

@@ -16,9 +16,9 @@ namespace tq {
 /// the per-rank memory metrics).
 struct RankMemory {
   int rank = 0;
-  size_t weight_bytes = 0;         // backend bytes of the rank's weights
-  size_t kv_cache_bytes = 0;       // the rank's KV pool (its KV heads)
-  int64_t kv_capacity_tokens = 0;  // tokens the pool holds (the same on every rank)
+  std::map<std::string, size_t> weight_bytes;  // the rank's weights by precision ("fp32", ...)
+  size_t kv_cache_bytes = 0;                   // the rank's KV pool (its KV heads)
+  int64_t kv_capacity_tokens = 0;              // tokens the pool holds (the same on every rank)
 };
 
 struct EngineInfo {
@@ -34,6 +34,7 @@ struct EngineInfo {
   int32_t max_num_batched_tokens = 0;
   int32_t vocab_size = 0;
   std::map<std::string, size_t> weight_bytes;  // by precision ("fp32", "fp16", "int4", ...)
+  std::string weights_summary;                 // LlamaWeights::MemorySummary(), for the log
   std::string kv_calibration_source;
   std::string device = "cpu";
   // Tensor-parallel ranks; the byte counts above are their sums.

@@ -38,6 +38,8 @@ struct EngineOptions {
   // Ranks of one tensor-parallel group in this process (docs/parallelism.md);
   // num_threads is split between them.
   int32_t tensor_parallel_size = 1;
+  // Weight quantization config (JSON, docs/quantization.md); "" = weights as stored.
+  std::string quantization_config;
   // Compute device (--device); the CLI defaults to auto, library users to the CPU.
   kernels::DeviceKind device = kernels::DeviceKind::kCpu;
   // GPU backends: fraction of the device's total memory the server may hold

@@ -6,12 +6,14 @@
 #include <fstream>
 #include <iterator>
 #include <new>
+#include <optional>
 #include <string>
 
 #include "engine/common/error.h"
 #include "engine/kv/kv_calibration.h"
 #include "engine/model/llama_weights.h"
 #include "engine/parallel/cpu_communicator.h"
+#include "engine/quant/quant_config.h"
 
 namespace tq {
 namespace {
@@ -86,7 +88,7 @@ std::string ModelFingerprint(const LoadedModel& m) {
   int32_t next_head = 0;
   for (int r = 0; r < m.tensor_parallel_size(); ++r) {
     const TpPlan& plan = m.rank_model(r).tp_plan();
-    const kernels::BackendBuffer& k_proj = m.rank_model(r).weights().layers.at(0).k_proj;
+    const kernels::BackendBuffer& k_proj = m.rank_model(r).weights().layers.at(0).k_proj.data;
     std::vector<uint8_t> host(k_proj.bytes());
     m.rank_backend(r).CopyToHost(host.data(), k_proj.data(), host.size());
     const size_t head_bytes = host.size() / plan.num_kv_heads;
@@ -299,11 +301,17 @@ LoadedModel LoadModel(const EngineOptions& options) {
   // Tensor parallelism: the cores are split between the ranks.
   const int world = options.tensor_parallel_size;
   const int threads = std::max(1, kernels::CpuThreadCount(options.num_threads) / world);
+  std::optional<quant::QuantConfig> quant_config;
+  WeightLoadOptions weight_options;
+  if (!options.quantization_config.empty()) {
+    quant_config = quant::QuantConfig::Load(options.quantization_config);
+    weight_options.quant = &*quant_config;
+  }
   auto load_rank = [&](kernels::Backend* backend, int rank) {
     TpPlan plan = MakeTpPlan(c, rank, world);
     if (m.tp) plan.comm = m.tp->comms[rank].get();
-    return std::make_unique<LlamaModel>(c, LoadLlamaWeights(options.model_dir, c, backend, plan),
-                                        backend, plan);
+    return std::make_unique<LlamaModel>(
+        c, LoadLlamaWeights(options.model_dir, c, backend, plan, weight_options), backend, plan);
   };
   MakeTpPlan(c, 0, world);  // a model that cannot be split fails before any loading
   if (world == 1) {
@@ -389,7 +397,7 @@ std::vector<RankMemory> DescribeRanks(const LoadedModel& m) {
   for (int r = 0; r < m.tensor_parallel_size(); ++r) {
     RankMemory rm;
     rm.rank = r;
-    rm.weight_bytes = m.rank_model(r).weights().total_bytes;
+    rm.weight_bytes = m.rank_model(r).weights().BytesByPrecision();
     if (m.cache) {
       const PagedKvCache& cache = m.cache->Rank(r);
       rm.kv_cache_bytes = cache.total_bytes();

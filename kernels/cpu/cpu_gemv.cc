@@ -4,14 +4,15 @@
 // group of an integer format, then acc += x * w. That is exactly what
 // the decode-to-buffer path (cpu_matmul_packed.cc) stores and the shared
 // micro-kernel (matmul_tile.h) then accumulates, in the same order, so a row
-// alone and the same row inside a batch give the same bits. Decode is
-// memory-bound, and this path reads each packed byte once with no fp32
-// round trip through the cache.
+// alone and the same row inside a batch give the same bits. With packed
+// weights the GEMV is bound by decoding, not by memory bandwidth
+// (docs/PERFORMANCE.md), so this path decodes each packed byte once into
+// registers, with no fp32 round trip through the cache.
 #include <algorithm>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/matmul_tile.h"
-#include "kernels/cpu/x86_intrin.h"  // first: see there
+#include "kernels/cpu/x86_intrin.h"
 #include "kernels/half.h"
 
 namespace tq::kernels::cpu {

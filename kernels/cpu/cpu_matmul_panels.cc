@@ -1,38 +1,28 @@
 // fp32 matmul over weights packed into column panels (WeightDtype::kF32Panels),
 // an outer-product micro-kernel in the style of GotoBLAS/BLIS: each step of k
 // loads one row of a panel (kF32PanelCols output features, three 16-wide
-// vectors) and broadcasts one x value per row, so a tile of kRowTile rows x 48
-// outputs needs 3 + kRowTile loads for 3 x kRowTile FMAs and no horizontal
-// sums. On the Zen 5 build machines it runs batched (16-row) matmuls 2-5x
-// faster than the dot-product kernel over [out, in] rows (docs/PERFORMANCE.md).
-// Every output is one accumulator summed over k in order, whatever the tile,
-// the number of rows or threads, so batched and single-sequence results agree
-// bit for bit.
+// vectors) and broadcasts one x value per row, so a tile of kPanelRowTile rows x 48
+// outputs needs 3 + kPanelRowTile loads for 3 x kPanelRowTile FMAs and no horizontal
+// sums (MulAdd: one rounding per step, whatever the compiler contracts). On the Zen 5 build
+// machines it runs batched (16-row) matmuls 2-5x faster than the dot-product kernel over [out, in]
+// rows (docs/PERFORMANCE.md). Every output is one accumulator summed over k in order, whatever the
+// tile, the number of rows or threads, so batched and single-sequence results agree bit for bit.
 #include <algorithm>
 #include <cstring>
 
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/simd.h"
+#include "kernels/cpu/matmul_tile.h"
 
 namespace tq::kernels::cpu {
 namespace {
 
 #ifdef __AVX512F__
-using Vec = v16f;
-constexpr int kRowTile = 8;  // 8 x 3 accumulators + 3 panel vectors of 32 registers
+constexpr int kPanelRowTile = 8;  // 8 x 3 accumulators + 3 panel vectors of 32 registers
 #else
-using Vec = v8f;
-constexpr int kRowTile = 2;  // 2 x 6 accumulators of 16 AVX2 registers
+constexpr int kPanelRowTile = 2;  // 2 x 6 accumulators of 16 AVX2 registers
 #endif
-constexpr int kLanes = sizeof(Vec) / sizeof(float);
 constexpr int kVecsPerPanel = kF32PanelCols / kLanes;
 static_assert(kF32PanelCols % kLanes == 0, "a panel is a whole number of vectors");
-
-inline Vec LoadVec(const float* p) {
-  Vec v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
 
 // out[r][0, cols) (+)= sum_i x[r][i] * panel[i][0, cols) for R rows.
 template <int R>
@@ -46,8 +36,8 @@ void PanelTile(const float* const* x, const float* panel, int64_t k, float* cons
     Vec w[kVecsPerPanel];
     for (int c = 0; c < kVecsPerPanel; ++c) w[c] = LoadVec(row + c * kLanes);
     for (int r = 0; r < R; ++r) {
-      const float xs = x[r][i];
-      for (int c = 0; c < kVecsPerPanel; ++c) acc[r][c] += xs * w[c];
+      const Vec xs = Vec{} + x[r][i];  // broadcast
+      for (int c = 0; c < kVecsPerPanel; ++c) acc[r][c] = MulAdd(xs, w[c], acc[r][c]);
     }
   }
   for (int r = 0; r < R; ++r) {
@@ -117,10 +107,10 @@ void MatMulF32Panels(const MatMulParams& p, ThreadPool& pool) {
       const int64_t col = pi * kF32PanelCols;
       const int cols = static_cast<int>(std::min<int64_t>(kF32PanelCols, n - col));
       int64_t row = 0;
-      for (; row + kRowTile <= p.rows; row += kRowTile) {
-        RowTile<kRowTile>(p, panel, row, col, cols);
+      for (; row + kPanelRowTile <= p.rows; row += kPanelRowTile) {
+        RowTile<kPanelRowTile>(p, panel, row, col, cols);
       }
-      TailRows<kRowTile - 1>(p, panel, row, col, cols);
+      TailRows<kPanelRowTile - 1>(p, panel, row, col, cols);
     }
   });
 }

@@ -15,7 +15,7 @@
 #include <cstring>
 
 #include "kernels/cpu/simd.h"
-#include "kernels/cpu/x86_intrin.h"  // first: see there
+#include "kernels/cpu/x86_intrin.h"
 #include "kernels/op_params.h"
 
 namespace tq::kernels::cpu {

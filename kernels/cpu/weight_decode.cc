@@ -1,12 +1,12 @@
-// Row decoders for f16, bf16, int8 and int4 weights. The SIMD paths use GCC
-// vector extensions (plus F16C for half -> float where the build has it) and
-// compute exactly what the scalar tails compute, element by element.
+// Row decoders for f16, bf16, int8 and int4 weights. The SIMD paths (AVX-512,
+// AVX2, F16C intrinsics; GCC vector extensions for bf16) compute exactly what
+// the scalar tails compute, element by element.
 #include "kernels/cpu/weight_decode.h"
 
 #include <cstring>
 #include <stdexcept>
 
-#include "kernels/cpu/x86_intrin.h"  // first: see there
+#include "kernels/cpu/x86_intrin.h"
 #include "kernels/half.h"
 
 namespace tq::kernels::cpu {

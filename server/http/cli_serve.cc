@@ -17,6 +17,7 @@
 
 #include "engine/common/error.h"
 #include "engine/kv/kv_cache.h"
+#include "engine/parallel/tp_plan.h"
 #include "engine/runtime/engine_client.h"
 #include "engine/runtime/generator.h"
 #include "server/cli_commands.h"
@@ -116,12 +117,12 @@ class SignalWaiter {
 
 // The default --kv-cache-memory: room for max_num_seqs sequences of
 // max_model_len tokens, capped at 1 GiB, never less than one sequence (the
-// engine's minimum).
+// engine's minimum). Per tensor-parallel rank, each holding its KV heads.
 size_t DefaultKvCacheMemory(const ModelConfig& config, const EngineOptions& options) {
   kernels::KvLayout layout;
   layout.dtype = options.kv_cache_dtype;
   layout.block_size = options.block_size;
-  layout.num_kv_heads = config.num_key_value_heads;
+  layout.num_kv_heads = MakeTpPlan(config, 0, options.tensor_parallel_size).num_kv_heads;
   layout.head_dim = config.head_dim;
   const size_t block_bytes =
       PagedKvCache::BytesPerBlock(config.num_hidden_layers, layout, options.kv_sink_tokens);
@@ -232,11 +233,13 @@ void RunServe(ServeArgs& args) {
                  std::chrono::duration<double>(Clock::now() - load_start).count(),
                  args.http.served_model_name, engine->info().max_model_len);
     if (!engine->info().device_note.empty()) spdlog::info("{}", engine->info().device_note);
+    spdlog::info("{}", engine->info().weights_summary);
     spdlog::info("{}", KvCacheLine(engine->info(), files.config));
     for (const RankMemory& r : engine->info().ranks) {
+      size_t weights = 0;
+      for (const auto& [precision, bytes] : r.weight_bytes) weights += bytes;
       spdlog::info("rank {}/{}: weights {} bytes, KV pool {} bytes, {} tokens", r.rank,
-                   engine->info().ranks.size(), r.weight_bytes, r.kv_cache_bytes,
-                   r.kv_capacity_tokens);
+                   engine->info().ranks.size(), weights, r.kv_cache_bytes, r.kv_capacity_tokens);
     }
   } catch (...) {
     server.Stop();
@@ -285,6 +288,7 @@ void AddServeCommand(CLI::App& app) {
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
   AddKvCacheFlags(cmd, &args->engine, &args->kv_cache_dtype);
+  AddWeightFlags(cmd, &args->engine);
   CLI::Option* kv_memory = cmd->get_option("--kv-cache-memory");
   kv_memory->description(
       "KV pool size in bytes (default: --max-num-seqs sequences of --max-model-len tokens, at "

@@ -30,6 +30,7 @@ const std::vector<Route>& Routes() {
       {"POST", "/tokenize", HandleTokenize},
       {"POST", "/detokenize", HandleDetokenize},
       {"GET", "/health", HandleHealth},
+      {"GET", "/livez", HandleLivez},
       {"GET", "/metrics", HandleMetrics},
       {"GET", "/version", HandleVersion},
   };

@@ -80,6 +80,16 @@ void HandleHealth(ServerState& state, const httplib::Request&, httplib::Response
   SendJson(res, {{"status", status}}, std::string_view(status) == "ok" ? 200 : 503);
 }
 
+void HandleLivez(ServerState& state, const httplib::Request&, httplib::Response& res) {
+  // Liveness (Kubernetes livenessProbe): fails only when a loaded engine's
+  // loop has died, the one state a restart fixes. Loading, draining and being
+  // busy are alive: /health (readiness) covers those without a restart.
+  const EngineClient* engine = state.engine();
+  const bool dead =
+      engine != nullptr && !engine->Stats().alive && !engine->Stats().draining && !state.draining();
+  SendJson(res, {{"status", dead ? "dead" : "alive"}}, dead ? 503 : 200);
+}
+
 void HandleMetrics(ServerState& state, const httplib::Request&, httplib::Response& res) {
   if (state.metrics() == nullptr) throw ApiException(ApiError{404, "no metrics", "", "", ""});
   const EngineClient* engine = state.engine();

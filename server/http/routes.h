@@ -30,12 +30,13 @@ nlohmann::json ParseJsonBody(const httplib::Request& req);
 void HandleCompletions(ServerState& state, const httplib::Request& req, httplib::Response& res);
 void HandleChatCompletions(ServerState& state, const httplib::Request& req, httplib::Response& res);
 
-// GET /v1/models, POST /tokenize, POST /detokenize, GET /health, GET
-// /metrics, GET /version (info_routes.cc).
+// GET /v1/models, POST /tokenize, POST /detokenize, GET /health (readiness),
+// GET /livez (liveness), GET /metrics, GET /version (info_routes.cc).
 void HandleModels(ServerState& state, const httplib::Request& req, httplib::Response& res);
 void HandleTokenize(ServerState& state, const httplib::Request& req, httplib::Response& res);
 void HandleDetokenize(ServerState& state, const httplib::Request& req, httplib::Response& res);
 void HandleHealth(ServerState& state, const httplib::Request& req, httplib::Response& res);
+void HandleLivez(ServerState& state, const httplib::Request& req, httplib::Response& res);
 void HandleMetrics(ServerState& state, const httplib::Request& req, httplib::Response& res);
 void HandleVersion(ServerState& state, const httplib::Request& req, httplib::Response& res);
 

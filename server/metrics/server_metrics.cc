@@ -182,10 +182,11 @@ struct ServerMetrics::Impl {
   Gauge& kv_capacity = AddGauge(model_registry, "tqserve_kv_cache_capacity_tokens",
                                 "Tokens the KV-cache pool holds (blocks times block size).");
   GaugeSet kv_bytes{model_registry, "tqserve_memory_kv_cache_bytes",
-                    "KV-cache pool memory in bytes: used = blocks used times bytes per block; "
-                    "free = pool bytes minus used."};
+                    "KV-cache pool memory in bytes per tensor-parallel rank: used = blocks "
+                    "used times the rank's bytes per block; free = pool bytes minus used."};
   GaugeSet weight_bytes{model_registry, "tqserve_memory_weights_bytes",
-                        "Memory of the model weights in bytes, by storage precision."};
+                        "Memory of the model weights in bytes, by storage precision and "
+                        "tensor-parallel rank."};
   GaugeSet info_labels{model_registry, "tqserve_info",
                        "Build and model facts as labels; the value is always 1."};
   GaugeSet cache_config{model_registry, "tqserve_cache_config_info",
@@ -260,14 +261,24 @@ void ServerMetrics::Impl::SetEngineGauges(const EngineStats& stats, const Engine
   kv_usage.Set(total_blocks > 0 ? used_blocks / total_blocks : 0.0);
   kv_capacity.Set(CountOrZero(info.kv_capacity_tokens));
 
-  const double used_bytes = used_blocks * static_cast<double>(info.kv_bytes_per_block);
-  const double free_bytes = std::max(static_cast<double>(info.kv_cache_bytes) - used_bytes, 0.0);
-  kv_bytes.Assign({{{{"state", "used"}}, used_bytes}, {{{"state", "free"}}, free_bytes}});
-
-  std::vector<std::pair<Labels, double>> weights;
-  for (const auto& [precision, bytes] : info.weight_bytes) {
-    weights.push_back({{{"precision", precision}}, static_cast<double>(bytes)});
+  // Per tensor-parallel rank (rank="0" alone without TP): every rank's pool
+  // has the same blocks, each block holding that rank's KV heads.
+  std::vector<RankMemory> ranks = info.ranks;
+  if (ranks.empty()) {  // an EngineInfo built without ranks: one rank holds everything
+    ranks.push_back({0, info.weight_bytes, info.kv_cache_bytes, info.kv_capacity_tokens});
   }
+  std::vector<std::pair<Labels, double>> kv, weights;
+  for (const RankMemory& r : ranks) {
+    const std::string rank = std::to_string(r.rank);
+    const double pool = static_cast<double>(r.kv_cache_bytes);
+    const double used = total_blocks > 0 ? pool * used_blocks / total_blocks : 0.0;
+    kv.push_back({{{"state", "used"}, {"rank", rank}}, used});
+    kv.push_back({{{"state", "free"}, {"rank", rank}}, std::max(pool - used, 0.0)});
+    for (const auto& [precision, bytes] : r.weight_bytes) {
+      weights.push_back({{{"precision", precision}, {"rank", rank}}, static_cast<double>(bytes)});
+    }
+  }
+  kv_bytes.Assign(kv);
   weight_bytes.Assign(weights);
 
   info_labels.Assign({{{{"version", TQ_VERSION},

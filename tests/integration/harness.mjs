@@ -8,6 +8,8 @@
 //   TQ_PYTHON3     Debian's python3 with sentencepiece (independent references)
 //   TQ_SOURCE_DIR  the repository root
 //   TQ_WORK_DIR    a scratch directory in the build tree
+//   TQSERVE_TENSOR_PARALLEL_SIZE  optional: every daemon runs with
+//                  --tensor-parallel-size N (the *_tp2 tests; docs/parallelism.md)
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -120,7 +122,9 @@ export async function startDaemon({ args = [], model = MODEL(), port = 0, readyT
   // No gRPC server unless a test asks for one: daemons running in parallel
   // would all want the default port 50051.
   const grpc = args.includes('--grpc-port') ? [] : ['--grpc-port', '0'];
-  const argv = ['serve', '--model', model, '--port', String(port), ...host, ...grpc, ...args];
+  const tpSize = process.env.TQSERVE_TENSOR_PARALLEL_SIZE;
+  const tp = tpSize && !args.includes('--tensor-parallel-size') ? ['--tensor-parallel-size', tpSize] : [];
+  const argv = ['serve', '--model', model, '--port', String(port), ...host, ...grpc, ...tp, ...args];
   const proc = spawn(BIN(), argv, { stdio: ['ignore', 'pipe', 'pipe'] });
   const daemon = new Daemon(proc, argv);
   live.add(daemon);

@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "engine/runtime/engine_client.h"
+#include "engine/runtime/generator.h"
 #include "server/http/http_server.h"
 
 namespace tq::http {
@@ -49,6 +51,7 @@ class HttpRoutes : public ::testing::Test {
   }
 
   ServerMetrics metrics_;
+  std::unique_ptr<EngineClient> engine_;  // outlives server_ (declared before it)
   std::unique_ptr<HttpServer> server_;
   std::unique_ptr<httplib::Client> client_;
   int port_ = 0;
@@ -59,6 +62,41 @@ TEST_F(HttpRoutes, HealthIs503WhileLoading) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 503);
   EXPECT_EQ(json::parse(res->body), (json{{"status", "loading"}}));
+}
+
+TEST_F(HttpRoutes, LivezIs200WhileLoading) {
+  auto res = client_->Get("/livez");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(json::parse(res->body), (json{{"status", "alive"}}));
+}
+
+// Readiness and liveness around an engine that stops without a drain (what a
+// crashed engine loop looks like from the front end): /health turns 503
+// "unhealthy" and /livez 503 "dead", so that Kubernetes restarts the pod
+// rather than only taking it out of the Service.
+TEST_F(HttpRoutes, LivezIs503OnlyOnceTheEngineLoopIsGone) {
+  EngineOptions options;
+  options.model_dir = TQ_MODEL_DIR;
+  options.num_threads = 1;
+  options.kv_cache_memory = 4 << 20;
+  engine_ = std::make_unique<EngineClient>(options);
+  EngineClient& engine = *engine_;
+  server_->state().SetEngine(&engine);
+  auto health = client_->Get("/health");
+  auto livez = client_->Get("/livez");
+  ASSERT_TRUE(health && livez);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(livez->status, 200);
+
+  engine.Shutdown();
+  health = client_->Get("/health");
+  livez = client_->Get("/livez");
+  ASSERT_TRUE(health && livez);
+  EXPECT_EQ(health->status, 503);
+  EXPECT_EQ(json::parse(health->body), (json{{"status", "unhealthy"}}));
+  EXPECT_EQ(livez->status, 503);
+  EXPECT_EQ(json::parse(livez->body), (json{{"status", "dead"}}));
 }
 
 TEST_F(HttpRoutes, ApiCallsAre503WhileLoading) {

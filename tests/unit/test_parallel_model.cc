@@ -151,7 +151,7 @@ TEST(TensorParallel, EachRankHoldsItsSlices) {
   const size_t want = 4 * (vocab * hidden + layers * per_layer + hidden);
   const LoadedModel one = LoadModel(Options(TQ_MODEL_DIR, kernels::KvDtype::kF32, 1));
   for (const RankMemory& r : DescribeRanks(m)) {
-    EXPECT_EQ(r.weight_bytes, want) << "rank " << r.rank;
+    EXPECT_EQ(r.weight_bytes.at("fp32"), want) << "rank " << r.rank;
     EXPECT_EQ(r.kv_cache_bytes * 2, one.cache->total_bytes());
     EXPECT_EQ(r.kv_capacity_tokens, 256);
   }

@@ -180,10 +180,10 @@ TEST_F(RandomModelTest, ShardedModelLoadsBack) {
   EXPECT_EQ(backend.allocated, params * sizeof(float));
   ASSERT_EQ(w.layers.size(), 2u);
   EXPECT_EQ(w.layers[1].k_proj.bytes(), 32u * 64u * 4u);
-  EXPECT_NE(w.LmHead(), w.embed_tokens.as<float>());
+  EXPECT_FALSE(w.lm_head.empty());
   std::vector<float> k_ref(32 * 64);
   k.ToFloat(k_ref.data());
-  EXPECT_EQ(0, std::memcmp(k_ref.data(), w.layers[1].k_proj.data(), k_ref.size() * 4));
+  EXPECT_EQ(0, std::memcmp(k_ref.data(), w.layers[1].k_proj.data.data(), k_ref.size() * 4));
   EXPECT_EQ(w.norm.as<float>()[63], 1.0f);
 }
 
@@ -224,7 +224,7 @@ TEST_F(RandomModelTest, TiedF32WithTokenizerAndRewriteOverOldShards) {
   HostBackend backend;
   const LlamaWeights w = LoadLlamaWeights(dir_.string(), mf.config, &backend);
   EXPECT_EQ(w.total_bytes, CountParams(mf.config) * 4);
-  EXPECT_EQ(w.LmHead(), w.embed_tokens.as<float>());
+  EXPECT_TRUE(w.lm_head.empty());
 }
 
 TEST_F(RandomModelTest, LargeTensorConvertsAcrossChunks) {
@@ -242,7 +242,7 @@ TEST_F(RandomModelTest, LargeTensorConvertsAcrossChunks) {
   const TensorInfo& emb = ckpt.Require("model.embed_tokens.weight", {32000, 768});
   std::vector<float> ref(static_cast<size_t>(emb.NumElements()));
   emb.ToFloat(ref.data());
-  EXPECT_EQ(0, std::memcmp(ref.data(), w.embed_tokens.data(), ref.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(ref.data(), w.embed_tokens.data.data(), ref.size() * sizeof(float)));
   EXPECT_EQ(w.total_bytes, CountParams(mf.config) * 4);
 }
 
@@ -253,7 +253,7 @@ TEST_F(RandomModelTest, BundledModelWeightsLoad) {
   // All tensors are F32 and fill the data section: 1044984 - 8 - 4848 bytes.
   EXPECT_EQ(w.total_bytes, 1040128u);
   EXPECT_EQ(w.layers.size(), 5u);
-  EXPECT_EQ(w.lm_head.data(), nullptr);
+  EXPECT_TRUE(w.lm_head.empty());
 
   ModelConfig wrong = mf.config;
   wrong.intermediate_size = 128;

@@ -1,0 +1,78 @@
+// Weight quantization configs (JSON, configs/llama_*.json; schema in
+// docs/quantization.md): a default format plus ordered per-module overrides
+// selected by glob patterns on the Hugging Face module name and by layer.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/model/model_config.h"
+#include "engine/quant/group_quant.h"
+
+namespace tq::quant {
+
+/// One override: every linear module whose name matches one of `modules`
+/// (fnmatch(3) glob, `*` crossing dots, tried against both the full name
+/// "model.layers.3.mlp.down_proj" and the in-layer name "mlp.down_proj") and
+/// whose layer lies in `layers` (empty = all) takes the fields that are set.
+struct QuantOverride {
+  std::vector<std::string> modules;
+  std::vector<std::pair<int32_t, int32_t>> layers;  // inclusive; negative = from the end
+  std::optional<int32_t> bits, group_size;
+  std::optional<bool> symmetric;
+};
+
+/// A parsed config. group_size -1 means one group per row (per-channel).
+struct QuantConfig {
+  QuantFormat defaults;
+  std::vector<QuantOverride> overrides;
+  std::string source;  // file name, for error messages
+
+  /// Parses JSON text; throws tq::Error "<source>: ..." on bad JSON, unknown
+  /// keys, bits other than 4/8/16, a group_size that is 0 or below -1, or a
+  /// malformed layer range.
+  static QuantConfig Parse(const std::string& text, const std::string& source);
+  /// Reads and parses a file; throws tq::Error naming it.
+  static QuantConfig Load(const std::string& path);
+
+  /// The format of one module: the defaults, then each matching override in
+  /// order (later ones win field by field). group_size -1 becomes in_features.
+  QuantFormat Resolve(const std::string& short_name, int32_t layer, int32_t num_layers,
+                      int64_t in_features) const;
+};
+
+/// A linear module of a Llama decoder layer.
+struct LinearModule {
+  std::string name;        // "model.layers.3.mlp.down_proj" (tensor = name + ".weight")
+  std::string short_name;  // "mlp.down_proj"
+  int32_t layer = 0;
+  int64_t out_features = 0;
+  int64_t in_features = 0;
+};
+
+/// The 7 linear modules of every layer (q, k, v, o, gate, up, down), in
+/// checkpoint order. embed_tokens, lm_head and the norms are not included:
+/// they stay 16-bit (docs/quantization.md).
+std::vector<LinearModule> LlamaLinearModules(const ModelConfig& config);
+
+/// Resolves every linear module's format and checks it against the module's
+/// shape (CheckFormat). Throws tq::Error "<source>: <module>: ..." for a bad
+/// format and "<source>: override N (<patterns>) matches no module" for an
+/// override that selects nothing (a typo would otherwise pass silently).
+std::map<std::string, QuantFormat> PlanFormats(const QuantConfig& config, const ModelConfig& model);
+
+/// A config that lists every module explicitly (one override per module,
+/// full names), as `tqserve quantize --config-out` writes it; `comment` goes
+/// into its "description".
+std::string PerModuleConfigJson(const std::map<std::string, QuantFormat>& formats,
+                                const std::string& comment);
+
+/// Parameter-weighted average BitsPerWeight over the given modules.
+double AverageBits(const std::vector<LinearModule>& modules,
+                   const std::map<std::string, QuantFormat>& formats);
+
+}  // namespace tq::quant
