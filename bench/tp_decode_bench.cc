@@ -2,11 +2,12 @@
 // milliseconds per forward pass of B sequences x 1 token, for each
 // --tensor-parallel-size, measured side by side in one process.
 //
-//   tq_bench_tp_decode --model DIR [--tp 1,2] [--batch 1,16] [--steps 32]
-//                      [--repeats 3] [--threads 0] [--kv-cache-dtype fp32]
+//   tq_bench_tp_decode --model DIR [--tp 1,2] [--threads 0,0] [--batch 1,16]
+//                      [--steps 32] [--repeats 3] [--kv-cache-dtype fp32]
 //
-// Every TP size is loaded once (the cores are split between its ranks, as
-// `tqserve --tensor-parallel-size` does). Each repeat runs every (TP, batch)
+// Every configuration (TP size with its --threads, zipped; a single --threads
+// value applies to all) is loaded once; the threads are split between the
+// ranks, as `tqserve --tensor-parallel-size` does. Each repeat runs every (TP, batch)
 // in turn, interleaved so that load from other processes disturbs all alike:
 // B sequences of 16 random prompt ids are prefilled, then --steps decode
 // steps (one token per sequence, fed greedy tokens) are timed. Reports the
@@ -83,7 +84,8 @@ double DecodeStep(tq::LoadedModel& m, int batch, int steps, uint32_t seed) {
 int main(int argc, char** argv) {
   std::string model;
   std::vector<int> tps = {1, 2}, batches = {1, 16};
-  int steps = 32, repeats = 3, threads = 0;
+  int steps = 32, repeats = 3;
+  std::vector<int> threads = {0};
   std::string kv = "fp32";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
@@ -98,7 +100,7 @@ int main(int argc, char** argv) {
     } else if (k == "--repeats") {
       repeats = std::atoi(v.c_str());
     } else if (k == "--threads") {
-      threads = std::atoi(v.c_str());
+      threads = tq::bench::ParseList<int>(v);
     } else if (k == "--kv-cache-dtype") {
       kv = v;
     } else {
@@ -110,11 +112,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: tq_bench_tp_decode --model DIR [--tp 1,2] [--batch 1,16] ...\n");
     return 2;
   }
+  if (threads.size() == 1) threads.resize(tps.size(), threads[0]);
+  if (threads.size() != tps.size()) {
+    std::fprintf(stderr, "--threads needs one value or one per --tp value\n");
+    return 2;
+  }
   std::vector<std::unique_ptr<tq::LoadedModel>> loaded;
-  for (int tp : tps) {
+  for (size_t t = 0; t < tps.size(); ++t) {
+    const int tp = tps[t];
     tq::EngineOptions o;
     o.model_dir = model;
-    o.num_threads = threads;
+    o.num_threads = threads[t];
     o.tensor_parallel_size = tp;
     o.max_model_len = 256;
     if (!tq::kernels::ParseKvDtype(kv, &o.kv_cache_dtype)) {
@@ -131,8 +139,9 @@ int main(int argc, char** argv) {
     o.kv_cache_memory = tq::PagedKvCache::BytesPerBlock(c.num_hidden_layers, layout) *
                         (o.max_model_len / layout.block_size) * max_batch;
     loaded.push_back(std::make_unique<tq::LoadedModel>(tq::LoadModel(o)));
-    std::printf("TP=%d loaded: %d rank(s), %d KV blocks\n", tp,
-                loaded.back()->tensor_parallel_size(), loaded.back()->cache->layout().num_blocks);
+    std::printf("config %zu: TP=%d, --threads %d (%d per rank), %d KV blocks\n", t, tp, threads[t],
+                std::max(1, tq::kernels::CpuThreadCount(threads[t]) / tp),
+                loaded.back()->cache->layout().num_blocks);
   }
   std::vector<std::vector<std::vector<double>>> ms(
       tps.size(), std::vector<std::vector<double>>(batches.size()));
@@ -143,8 +152,8 @@ int main(int argc, char** argv) {
       }
     }
   }
-  std::printf("%-4s %-6s %-14s %-12s %-10s\n", "TP", "batch", "ms/step (med)", "tokens/s",
-              "vs TP=first");
+  std::printf("%-4s %-8s %-6s %-14s %-12s %-10s\n", "TP", "threads", "batch", "ms/step (med)",
+              "tokens/s", "vs first");
   for (size_t b = 0; b < batches.size(); ++b) {
     double base = 0;
     for (size_t t = 0; t < tps.size(); ++t) {
@@ -152,7 +161,7 @@ int main(int argc, char** argv) {
       std::sort(v.begin(), v.end());
       const double med = v[v.size() / 2];
       if (t == 0) base = med;
-      std::printf("%-4d %-6d %-14.3f %-12.1f %-10.2f\n", tps[t], batches[b], med,
+      std::printf("%-4d %-8d %-6d %-14.3f %-12.1f %-10.2f\n", tps[t], threads[t], batches[b], med,
                   batches[b] * 1e3 / med, base / med);
     }
   }

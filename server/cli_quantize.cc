@@ -29,6 +29,7 @@ struct QuantizeArgs {
   std::string calibration_text;
   std::optional<double> target_bits;
   bool symmetric = false;
+  std::string loss_scale = "relative";
   int32_t max_calibration_tokens = 8192;
   int32_t threads = 0;
   std::string out_dir;
@@ -72,8 +73,13 @@ std::map<std::string, quant::QuantFormat> SearchFormats(const QuantizeArgs& args
       CalibrationTokens(generator, args.calibration_text, args.max_calibration_tokens);
   const quant::ActivationMoments moments = quant::MeasureActivationMoments(generator, tokens);
   const SafetensorsCheckpoint ckpt(args.model_dir);
-  const std::vector<quant::ModuleCandidates> scored =
-      quant::ScoreModules(ckpt, config, moments, args.symmetric);
+  if (args.loss_scale != "relative" && args.loss_scale != "absolute") {
+    throw Error("--sensitivity-loss: unknown value '" + args.loss_scale +
+                "' (expected relative or absolute)");
+  }
+  const std::vector<quant::ModuleCandidates> scored = quant::ScoreModules(
+      ckpt, config, moments, args.symmetric,
+      args.loss_scale == "absolute" ? quant::LossScale::kAbsolute : quant::LossScale::kRelative);
   auto formats = quant::AllocateBits(scored, *args.target_bits);
   std::map<std::string, int> counts;
   for (const auto& [name, f] : formats) ++counts[f.ToString()];
@@ -150,6 +156,10 @@ void AddQuantizeCommand(CLI::App& app) {
       ->check(CLI::Range(4.0, 16.0));
   cmd->add_flag("--symmetric", args->symmetric,
                 "Search symmetric formats (default: asymmetric, with zero points)");
+  cmd->add_option("--sensitivity-loss", args->loss_scale,
+                  "relative (module output error / output energy) or absolute (the GPTQ/AWQ "
+                  "diagonal-Hessian error as is)")
+      ->capture_default_str();
   cmd->add_option("--max-calibration-tokens", args->max_calibration_tokens,
                   "Calibration tokens to run")
       ->capture_default_str();

@@ -12,6 +12,7 @@ namespace {
 
 constexpr uint16_t kHalfOne = 0x3c00;
 constexpr uint16_t kSmallestHalf = 0x0001;  // 2^-24, the smallest positive subnormal
+constexpr int32_t kMaxGroup = 4096;            // groups searched for a clip (scratch size)
 
 // Stored fp16 scale for a real-valued scale s >= 0 (0 only for all-zero groups).
 uint16_t ScaleBits(float s, const char* what) {
@@ -25,35 +26,61 @@ uint16_t ScaleBits(float s, const char* what) {
   return h == 0 ? kSmallestHalf : h;  // a scale that underflows keeps its sign of life
 }
 
-// Quantizes one group of n values; writes n codes (unpacked), scale and zero bits.
+// Scale and zero for the range shrunk by `shrink` (1 = the full range).
+void GroupParams(const float* x, int32_t n, int32_t bits, bool symmetric, float shrink,
+                 uint16_t* scale_bits, int32_t* zero) {
+  const int32_t maxq = (1 << bits) - 1;
+  float lo = 0.0f, hi = 0.0f, amax = 0.0f;
+  for (int32_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i])) throw Error("quantize: weight is not finite");
+    lo = std::min(lo, x[i]);
+    hi = std::max(hi, x[i]);
+    amax = std::max(amax, std::fabs(x[i]));
+  }
+  const float scale = symmetric ? shrink * amax / static_cast<float>((1 << (bits - 1)) - 1)
+                                : shrink * (hi - lo) / static_cast<float>(maxq);
+  *scale_bits = ScaleBits(scale, "quantize");
+  const float s = kernels::HalfToFloat(*scale_bits);
+  *zero = symmetric ? 1 << (bits - 1)
+                    : std::clamp(static_cast<int32_t>(std::lround(-shrink * lo / s)), 0, maxq);
+}
+
+// Codes of one group for a stored scale and zero; returns sum (x - w')^2.
+double GroupCodes(const float* x, int32_t n, int32_t maxq, uint16_t scale_bits, int32_t zero,
+                  uint8_t* codes) {
+  const float s = kernels::HalfToFloat(scale_bits);
+  double err = 0.0;
+  for (int32_t i = 0; i < n; ++i) {
+    const long q = std::clamp<long>(std::lround(x[i] / s) + zero, 0, maxq);
+    codes[i] = static_cast<uint8_t>(q);
+    const double d = static_cast<double>(x[i]) - static_cast<double>(s) * (q - zero);
+    err += d * d;
+  }
+  return err;
+}
+
+// Quantizes one group of n values; writes n codes (unpacked), scale and zero
+// bits. Tries the range shrunk by kShrink[k] and keeps the one with the least
+// squared error (the first on ties), as AWQ's clip search and llama.cpp's
+// quantizers do: clipping a few outliers buys a finer step for the rest.
 void QuantizeGroup(const float* x, int32_t n, int32_t bits, bool symmetric, uint8_t* codes,
                    uint16_t* scale_bits, uint16_t* zero_bits) {
   const int32_t maxq = (1 << bits) - 1;
-  float scale = 0.0f, lo = 0.0f;
-  int32_t zero = 0;
-  if (symmetric) {
-    float amax = 0.0f;
-    for (int32_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
-    scale = amax / static_cast<float>((1 << (bits - 1)) - 1);
-    zero = 1 << (bits - 1);
-  } else {
-    float hi = 0.0f;
-    for (int32_t i = 0; i < n; ++i) {
-      lo = std::min(lo, x[i]);
-      hi = std::max(hi, x[i]);
+  uint8_t trial[kMaxGroup];
+  double best = -1.0;
+  for (int32_t k = 0; k < kClipSteps; ++k) {
+    uint16_t sb = 0;
+    int32_t zero = 0;
+    GroupParams(x, n, bits, symmetric, ClipShrink(k), &sb, &zero);
+    const bool fits = n <= kMaxGroup;
+    const double err = GroupCodes(x, n, maxq, sb, zero, fits && k > 0 ? trial : codes);
+    if (best < 0.0 || err < best) {
+      best = err;
+      *scale_bits = sb;
+      *zero_bits = kernels::FloatToHalf(static_cast<float>(zero));  // integral, exact in fp16
+      if (k > 0) std::copy(trial, trial + n, codes);
     }
-    scale = (hi - lo) / static_cast<float>(maxq);
-  }
-  *scale_bits = ScaleBits(scale, "quantize");
-  const float s = kernels::HalfToFloat(*scale_bits);
-  if (!symmetric) {
-    zero = std::clamp(static_cast<int32_t>(std::lround(-lo / s)), 0, maxq);
-  }
-  *zero_bits = kernels::FloatToHalf(static_cast<float>(zero));  // integral, exact in fp16
-  for (int32_t i = 0; i < n; ++i) {
-    if (!std::isfinite(x[i])) throw Error("quantize: weight is not finite");
-    const long q = std::lround(x[i] / s) + zero;
-    codes[i] = static_cast<uint8_t>(std::clamp<long>(q, 0, maxq));
+    if (!fits) break;  // very large groups: the full range only
   }
 }
 

@@ -55,16 +55,23 @@ struct QuantizedMatrix {
   kernels::WeightView View() const;
 };
 
+/// Range shrink factors tried per group (AWQ-style clip search):
+/// ClipShrink(k) = 1 - 0.025 k for k in [0, kClipSteps), i.e. 1 down to 0.625.
+inline constexpr int32_t kClipSteps = 16;
+inline float ClipShrink(int32_t k) { return 1.0f - 0.025f * static_cast<float>(k); }
+
 /// Quantizes rows [0, rows) of w (row-major, in_features columns) into the
 /// given output rows (codes: rows * CodeBytesPerRow, scales/zeros:
 /// rows * groups; zeros ignored when symmetric). Per group of group_size
-/// inputs:
+/// inputs and shrink c = ClipShrink(k):
 ///   asymmetric: lo = min(0, min x), hi = max(0, max x) (zero always
-///     representable), scale = (hi - lo) / (2^bits - 1),
-///     zero = round(-lo / scale) in [0, 2^bits - 1];
-///   symmetric:  scale = max|x| / (2^(bits-1) - 1), zero = 2^(bits-1);
+///     representable), scale = c (hi - lo) / (2^bits - 1),
+///     zero = clamp(round(-c lo / scale), 0, 2^bits - 1);
+///   symmetric:  scale = c max|x| / (2^(bits-1) - 1), zero = 2^(bits-1);
 ///   scale is rounded to fp16 first, and code = clamp(round(x / scale) + zero,
-///   0, 2^bits - 1) uses that stored scale. An all-zero group gets scale 1.
+///   0, 2^bits - 1) uses that stored scale. The k with the least
+///   sum (x - scale (code - zero))^2 wins (the smallest k on ties; only k = 0,
+///   plain min/max RTN, for groups over 4096). An all-zero group gets scale 1.
 /// Throws tq::Error when a scale overflows fp16 (|w| > ~4e6) or w is not finite.
 void QuantizeRows(const float* w, int64_t rows, int32_t in_features, const QuantFormat& f,
                   uint8_t* codes, uint16_t* scales, uint16_t* zeros);

@@ -87,7 +87,8 @@ std::vector<QuantFormat> CandidateFormats(int64_t in_features, bool symmetric) {
 
 std::vector<ModuleCandidates> ScoreModules(const SafetensorsCheckpoint& checkpoint,
                                            const ModelConfig& config,
-                                           const ActivationMoments& moments, bool symmetric) {
+                                           const ActivationMoments& moments, bool symmetric,
+                                           LossScale scale) {
   std::vector<ModuleCandidates> out;
   std::vector<float> rows;
   for (const LinearModule& m : LlamaLinearModules(config)) {
@@ -96,19 +97,27 @@ std::vector<ModuleCandidates> ScoreModules(const SafetensorsCheckpoint& checkpoi
     const std::vector<QuantFormat> formats = CandidateFormats(m.in_features, symmetric);
     std::vector<std::vector<double>> err(formats.size(),
                                          std::vector<double>(static_cast<size_t>(m.in_features)));
+    std::vector<double> w2(static_cast<size_t>(m.in_features), 0.0);  // sum_o w_oi^2
     const int64_t chunk = std::max<int64_t>(1, kStreamChunkElems / m.in_features);
     for (int64_t r0 = 0; r0 < m.out_features; r0 += chunk) {
       const int64_t n = std::min(chunk, m.out_features - r0);
       ReadFloatRange(t, r0 * m.in_features, n * m.in_features, &rows);
+      for (size_t k = 0; k < rows.size(); ++k) {
+        w2[k % w2.size()] += static_cast<double>(rows[k]) * rows[k];
+      }
       for (size_t k = 0; k < formats.size(); ++k) {
         AccumulateColumnError(rows.data(), n, static_cast<int32_t>(m.in_features), formats[k],
                               err[k].data());
       }
     }
+    // E||W x||^2 under the same diagonal approximation.
+    double energy = 0.0;
+    for (size_t i = 0; i < ex2.size(); ++i) energy += ex2[i] * w2[i];
     ModuleCandidates mc{m, {}};
     for (size_t k = 0; k < formats.size(); ++k) {
       double loss = 0.0;
       for (size_t i = 0; i < ex2.size(); ++i) loss += ex2[i] * err[k][i];
+      if (scale == LossScale::kRelative && energy > 0.0) loss /= energy;
       mc.candidates.push_back({formats[k], BitsPerWeight(formats[k]), loss});
     }
     out.push_back(std::move(mc));

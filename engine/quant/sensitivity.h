@@ -71,11 +71,21 @@ struct ModuleCandidates {
   std::vector<Candidate> candidates;
 };
 
+/// How module losses are made comparable across modules. kAbsolute is L
+/// above (GPTQ/AWQ's per-layer objective). kRelative divides it by the
+/// module's output energy E||W x||^2 = sum_i E[x_i^2] sum_o w_oi^2 (same
+/// diagonal approximation), a noise-to-signal ratio: q/k outputs (attention
+/// logits) and MLP outputs live on different scales, and on stories260K the
+/// absolute sum spends bits on q/k and loses to the uniform config while the
+/// relative one beats it (docs/quantization.md).
+enum class LossScale : uint8_t { kAbsolute, kRelative };
+
 /// Scores every candidate of every linear module of `config` (weights from
 /// the checkpoint, one tensor at a time). Throws tq::Error on a missing tensor.
 std::vector<ModuleCandidates> ScoreModules(const SafetensorsCheckpoint& checkpoint,
                                            const ModelConfig& config,
-                                           const ActivationMoments& moments, bool symmetric);
+                                           const ActivationMoments& moments, bool symmetric,
+                                           LossScale scale = LossScale::kRelative);
 
 /// Picks one candidate per module: starts from each module's cheapest
 /// format and repeatedly applies the upgrade with the largest loss reduction
