@@ -22,12 +22,13 @@ namespace tq::kernels {
 ///          high nibble, rows of in_features / 2 bytes.
 /// kF32Panels is fp32 repacked by the CPU backend's PrepareWeight into column
 /// panels of kF32PanelCols output features, k-major inside a panel: w[o, i]
-/// is at [o / kF32PanelCols][i][o % kF32PanelCols], the last panel zero-padded
-/// (the layout of BLIS/GotoBLAS packed B panels). Only that backend reads it.
+/// is at [o / kF32PanelCols][i][o % kF32PanelCols] (the layout of BLIS/GotoBLAS
+/// packed B panels); out_features is a multiple of kF32PanelCols, so the copy
+/// has the same bytes. Only that backend reads it.
 enum class WeightDtype : uint8_t { kF32, kF16, kBF16, kInt8, kInt4, kF32Panels };
 
 /// Output features per panel of a kF32Panels weight.
-constexpr int32_t kF32PanelCols = 48;
+constexpr int32_t kF32PanelCols = 64;
 
 /// A linear layer's weight, Hugging Face layout: [out_features, in_features]
 /// row-major, so y = x · Wᵀ.

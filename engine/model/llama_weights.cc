@@ -232,6 +232,18 @@ std::string HumanBytes(double b) {
   return s;
 }
 
+// Puts a loaded linear weight into the backend's preferred layout (the CPU
+// backend's fp32 column panels); the original buffer is freed once the copy
+// exists, so peak memory grows by one matrix at most.
+void PrepareForBackend(LinearWeight& w, kernels::Backend* backend) {
+  if (w.empty()) return;
+  kernels::BackendBuffer prepared;
+  const kernels::WeightView view = backend->PrepareWeight(w.View(), &prepared);
+  if (prepared.data() == nullptr) return;
+  w.data = std::move(prepared);
+  w.dtype = view.dtype;
+}
+
 }  // namespace
 
 const char* WeightPrecisionName(WeightDtype dtype) {
@@ -396,6 +408,13 @@ LlamaWeights LoadLlamaWeights(const std::string& model_dir, const ModelConfig& c
   } else {
     w.lm_head_offset = static_cast<size_t>(plan.first_vocab);
   }
+  for (LlamaLayerWeights& l : w.layers) {
+    for (LinearWeight* m :
+         {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) {
+      PrepareForBackend(*m, backend);
+    }
+  }
+  PrepareForBackend(w.lm_head, backend);  // embed_tokens stays rows: Embedding reads it
   for (const auto& [precision, bytes] : w.BytesByPrecision()) w.total_bytes += bytes;
   return w;
 }

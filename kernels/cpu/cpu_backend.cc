@@ -56,8 +56,11 @@ class CpuBackend final : public Backend {
   }
 
   WeightView PrepareWeight(const WeightView& w, BackendBuffer* storage) override {
-    if (w.dtype != WeightDtype::kF32) return w;
-    *storage = BackendBuffer(this, cpu::F32PanelsBytes(w.out_features, w.in_features));
+    // Packed only when whole panels cover it (true of every real model's
+    // matrices), so memory accounting stays exact; others keep the dot kernel.
+    if (w.dtype != WeightDtype::kF32 || !cpu::CanPackF32Panels(w.out_features)) return w;
+    *storage = BackendBuffer(this, sizeof(float) * static_cast<size_t>(w.out_features) *
+                                       static_cast<size_t>(w.in_features));
     cpu::PackF32Panels(static_cast<const float*>(w.data), w.out_features, w.in_features,
                        storage->as<float>());
     WeightView packed = w;

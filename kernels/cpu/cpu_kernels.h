@@ -11,11 +11,12 @@ namespace tq::kernels::cpu {
 /// out = x · Wᵀ, register-blocked and split over output features.
 void MatMul(const MatMulParams& p, ThreadPool& pool);
 
-/// Bytes of a kF32Panels copy of an [out_features, in_features] weight.
-size_t F32PanelsBytes(int32_t out_features, int32_t in_features);
+/// Whether an fp32 weight with this many output features has a kF32Panels
+/// layout (whole panels only, so packing adds no bytes).
+bool CanPackF32Panels(int32_t out_features);
 
 /// Packs fp32 w [out_features, in_features] into kF32Panels layout (op_params.h);
-/// `packed` holds F32PanelsBytes().
+/// `packed` holds out_features * in_features floats. Needs CanPackF32Panels.
 void PackF32Panels(const float* w, int32_t out_features, int32_t in_features, float* packed);
 
 /// out = x · Wᵀ for a kF32Panels weight (outer-product micro-kernel).

@@ -133,7 +133,13 @@ void ValidateWeightView(const WeightView& w, const char* op) {
     case WeightDtype::kF32:
     case WeightDtype::kF16:
     case WeightDtype::kBF16:
+      return;
     case WeightDtype::kF32Panels:
+      if (w.out_features % kF32PanelCols != 0) {
+        throw std::invalid_argument(where + "has " + std::to_string(w.out_features) +
+                                    " output features, not whole panels of " +
+                                    std::to_string(kF32PanelCols));
+      }
       return;
     case WeightDtype::kInt8:
     case WeightDtype::kInt4:

@@ -280,8 +280,22 @@ TEST(QuantMatMulBits, IdenticalAcrossRowCountsAndThreadCounts) {
               << Describe(w) << " threads " << threads;
         }
       }
-      // One row alone goes through the backend, which takes the register
-      // decode GEMV (cpu_gemv.cc) where it applies.
+      // One row alone: the register-decode GEMV (cpu_gemv.cc) where it
+      // applies, on 1-4 threads, then the backend's own choice of kernel.
+      if (cpu::GemvSupported({x.data(), w.View(), nullptr, 1, false})) {
+        for (int threads : {1, 2, 3, 4}) {
+          ThreadPool pool(threads);
+          for (int r = 0; r < rows; ++r) {
+            std::vector<float> single(w.out, kNaN);
+            cpu::Gemv({x.data() + static_cast<size_t>(r) * s.in, w.View(), single.data(), 1, false},
+                      pool);
+            ASSERT_EQ(0, std::memcmp(single.data(), batched.data() + static_cast<size_t>(r) * w.out,
+                                     single.size() * sizeof(float)))
+                << Describe(w) << " row " << r << " GEMV differs from the batch, threads "
+                << threads;
+          }
+        }
+      }
       for (int threads : {1, 2}) {
         auto be = CreateCpuBackend(threads);
         for (int r = 0; r < rows; ++r) {
@@ -318,6 +332,16 @@ TEST(QuantMatMulBits, EqualsFp32MatMulOfDequantizedWeights) {
     const auto got = RunMatMul(be.get(), w, x, rows, nullptr);
     ASSERT_EQ(0, std::memcmp(got.data(), expected.data(), expected.size() * sizeof(float)))
         << Describe(w);
+  }
+}
+
+TEST(QuantMatMulBits, ZeroRowsWriteNothing) {
+  auto be = CreateCpuBackend(2);
+  for (const FormatCase& f : kFormats) {
+    const TestWeight w = MakeWeight(f.dtype, 9, 64, 32, f.symmetric, 400);
+    const std::vector<float> x(64, 1.0f);
+    const auto out = RunMatMul(be.get(), w, x, 0, nullptr);
+    for (size_t g = 0; g < kGuard; ++g) ASSERT_EQ(out[g], kGuardValue) << Describe(w);
   }
 }
 

@@ -99,7 +99,10 @@ void ExpectWithinHalfStep(const LinearWeight& w, const TensorInfo& t, const std:
 TEST_F(QuantWeightsTest, UnquantizedLoadIsFp32AsBefore) {
   const LlamaWeights w = Load(TQ_MODEL_DIR, "");
   EXPECT_EQ(w.embed_tokens.dtype, kernels::WeightDtype::kF32);
-  EXPECT_EQ(w.layers[0].down_proj.dtype, kernels::WeightDtype::kF32);
+  // fp32 as stored; the CPU backend repacks matrices of whole 64-row panels
+  // (down_proj: 64 x 172) for its matmul and keeps the others row-major.
+  EXPECT_EQ(w.layers[0].down_proj.dtype, kernels::WeightDtype::kF32Panels);
+  EXPECT_EQ(w.layers[0].gate_proj.dtype, kernels::WeightDtype::kF32);
   // 1040128 bytes: the checkpoint's whole F32 data section.
   EXPECT_EQ(w.BytesByPrecision(), (std::map<std::string, size_t>{{"fp32", 1040128}}));
   EXPECT_DOUBLE_EQ(w.AverageBitsPerWeight(), 32.0);
