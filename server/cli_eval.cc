@@ -82,6 +82,9 @@ void RunEval(EvalArgs& args) {
       std::string(kernels::KvDtypeName(args.engine.kv_cache_dtype)).c_str());
   using Seconds = std::chrono::duration<double>;
   const double eval_s = Seconds(end - start).count();
+  if (!generator.device_note().empty()) {
+    std::fprintf(stderr, "[tqserve] %s\n", generator.device_note().c_str());
+  }
   std::printf("%s\n", generator.model().weights().MemorySummary().c_str());
   std::printf("%s\n", DescribeKvCache(generator).c_str());
   std::printf("time %.3f s (load %.3f s; %d windows; %.0f scored tokens/s)\n", eval_s,

@@ -42,6 +42,9 @@ void RunGenerate(GenerateArgs& args) {
   const std::vector<int32_t> prompt = tokenizer.Encode(args.prompt, !args.no_bos);
   generator.CheckRequest(prompt, params);  // before echoing the prompt
   if (!args.quiet) {
+    if (!generator.device_note().empty()) {
+      std::fprintf(stderr, "[tqserve] %s\n", generator.device_note().c_str());
+    }
     std::fprintf(stderr, "[tqserve] %s\n", generator.model().weights().MemorySummary().c_str());
     std::fprintf(stderr, "[tqserve] %s\n", DescribeKvCache(generator).c_str());
   }

@@ -7,6 +7,23 @@
 namespace tq {
 
 void AddKvCacheFlags(CLI::App* cmd, EngineOptions* engine, std::string* kv_cache_dtype) {
+  // The device decides where the KV pool lives, so its flags come with the pool's.
+  engine->device = kernels::DeviceKind::kAuto;
+  cmd->add_option_function<std::string>(
+         "--device",
+         [engine](const std::string& value) {
+           if (!kernels::ParseDeviceKind(value, &engine->device)) {
+             throw CLI::ValidationError("--device",
+                                        "expected auto, cpu or cuda, got '" + value + "'");
+           }
+         },
+         "Compute device: auto (CUDA when a GPU is present, else CPU), cpu or cuda")
+      ->default_str("auto");
+  cmd->add_option("--gpu-memory-utilization", engine->gpu_memory_utilization,
+                  "GPU: fraction of device memory for weights, activations and the KV pool "
+                  "(sizes the pool when --kv-cache-memory is 0)")
+      ->check(CLI::Range(0.01, 1.0))
+      ->capture_default_str();
   cmd->add_option("--kv-cache-dtype", *kv_cache_dtype,
                   "KV cache format: fp32, fp16, bf16, int8, int4, tq3, tq4")
       ->capture_default_str();

@@ -65,6 +65,12 @@ void LlamaModel::SetTensorParallelPeers(std::vector<LlamaModel*> peers, RankExec
   executor_ = executor;
 }
 
+const float* LlamaModel::ObservedCopy(const float* x, size_t n) {
+  observed_.resize(n);
+  backend_->CopyToHost(observed_.data(), x, n * sizeof(float));
+  return observed_.data();
+}
+
 void LlamaModel::EnsureWorkspace(int32_t num_tokens, int32_t num_logits) {
   const ModelConfig& c = config_;
   const TpPlan& p = plan_;
@@ -193,12 +199,16 @@ void LlamaModel::Attention(int32_t layer, const ForwardBatch& batch, PagedKvCach
   const LlamaLayerWeights& w = weights_.layers[layer];
   const int32_t n = batch.num_tokens();
   const float* x = normed_.as<float>();
-  if (activation_observer_) activation_observer_(layer, LinearInput::kAttnIn, x, n, c.hidden_size);
+  if (activation_observer_)
+    activation_observer_(layer, LinearInput::kAttnIn,
+                         ObservedCopy(x, size_t{1} * n * c.hidden_size), n, c.hidden_size);
 
   backend_->MatMul({x, w.q_proj.View(), q_.as<float>(), n, false});
   backend_->MatMul({x, w.k_proj.View(), k_.as<float>(), n, false});
   backend_->MatMul({x, w.v_proj.View(), v_.as<float>(), n, false});
-  if (key_observer_) key_observer_(layer, k_.as<float>(), n);
+  if (key_observer_)
+    key_observer_(layer,
+                  ObservedCopy(k_.as<float>(), size_t{1} * n * plan_.num_kv_heads * c.head_dim), n);
   backend_->Rope({q_.as<float>(), positions_.as<int32_t>(), inv_freq_.as<float>(), n,
                   plan_.num_heads, c.head_dim, 1.0f});
   // tq formats store keys before RoPE and rotate them inside attention.
@@ -223,8 +233,9 @@ void LlamaModel::Attention(int32_t layer, const ForwardBatch& batch, PagedKvCach
   p.cache = view;
   backend_->PagedAttention(p);
   if (activation_observer_) {
-    activation_observer_(layer, LinearInput::kAttnOut, attn_.as<float>(), n,
-                         plan_.num_heads * c.head_dim);
+    const int32_t cols = plan_.num_heads * c.head_dim;
+    activation_observer_(layer, LinearInput::kAttnOut,
+                         ObservedCopy(attn_.as<float>(), size_t{1} * n * cols), n, cols);
   }
   // Residual add fused into o_proj. Under TP rank 0 adds its partial sum to
   // the residual and the others overwrite their copy of it with theirs, so the
@@ -238,12 +249,15 @@ void LlamaModel::Mlp(int32_t layer, int32_t n) {
   const LlamaLayerWeights& w = weights_.layers[layer];
   const float* x = normed_.as<float>();
   const int32_t inter = plan_.intermediate;
-  if (activation_observer_) activation_observer_(layer, LinearInput::kMlpIn, x, n, c.hidden_size);
+  if (activation_observer_)
+    activation_observer_(layer, LinearInput::kMlpIn, ObservedCopy(x, size_t{1} * n * c.hidden_size),
+                         n, c.hidden_size);
   backend_->MatMul({x, w.gate_proj.View(), gate_.as<float>(), n, false});
   backend_->MatMul({x, w.up_proj.View(), up_.as<float>(), n, false});
   backend_->SiluMul({gate_.as<float>(), up_.as<float>(), gate_.as<float>(), n, inter});
   if (activation_observer_) {
-    activation_observer_(layer, LinearInput::kMlpDown, gate_.as<float>(), n, inter);
+    activation_observer_(layer, LinearInput::kMlpDown,
+                         ObservedCopy(gate_.as<float>(), size_t{1} * n * inter), n, inter);
   }
   // Residual as in Attention (rank 0 accumulates, the all-reduce sums).
   backend_->MatMul(

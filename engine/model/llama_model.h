@@ -61,8 +61,8 @@ class LlamaModel {
   /// Called in Forward with each layer's keys before RoPE: (layer, k_pre_rope
   /// [num_tokens, num_kv_heads, head_dim] host fp32, num_tokens); under TP
   /// the rank's KV heads, called on the rank's thread. Used to
-  /// calibrate the per-channel key normalization of the tq KV formats. Only
-  /// valid for backends whose memory is host memory (the CPU backend).
+  /// calibrate the per-channel key normalization of the tq KV formats. The
+  /// keys are copied to host memory first (any backend).
   using KeyObserver = std::function<void(int32_t layer, const float* keys, int32_t num_tokens)>;
   void SetKeyObserver(KeyObserver observer) { key_observer_ = std::move(observer); }
 
@@ -72,8 +72,8 @@ class LlamaModel {
   enum class LinearInput : uint8_t { kAttnIn, kAttnOut, kMlpIn, kMlpDown };
   /// Called in Forward with each linear input: (layer, input, x [rows, cols]
   /// host fp32). Used to measure per-channel activation second moments for
-  /// the quantization sensitivity search (engine/quant/sensitivity.h). Only
-  /// valid for backends whose memory is host memory (the CPU backend).
+  /// the quantization sensitivity search (engine/quant/sensitivity.h). The
+  /// inputs are copied to host memory first (any backend).
   using ActivationObserver = std::function<void(int32_t layer, LinearInput input, const float* x,
                                                 int32_t rows, int32_t cols)>;
   void SetActivationObserver(ActivationObserver observer) {
@@ -102,6 +102,9 @@ class LlamaModel {
   kernels::BackendBuffer inv_freq_;  // [head_dim / 2]
   KeyObserver key_observer_;
   ActivationObserver activation_observer_;
+  // Host copy of what the observers see (backend memory may be a device's).
+  std::vector<float> observed_;
+  const float* ObservedCopy(const float* x, size_t n);
 
   // Activation workspace, grown on demand (backend memory).
   int32_t capacity_tokens_ = 0;

@@ -54,7 +54,8 @@ EngineInfo DescribeEngine(const EngineOptions& options, const LoadedModel& m) {
   info.weights_summary = m.model->weights().MemorySummary();
   if (world > 1) info.weights_summary = "rank 0 " + info.weights_summary;
   info.kv_calibration_source = m.kv_calibration_source;
-  info.device = "cpu";
+  info.device = std::string(m.backend->Name());
+  info.device_note = m.device_note;
   return info;
 }
 

@@ -39,6 +39,7 @@ struct EngineInfo {
   std::string device = "cpu";
   // Tensor-parallel ranks; the byte counts above are their sums.
   std::vector<RankMemory> ranks;
+  std::string device_note;  // why --device auto runs on the CPU; "" otherwise
 };
 
 /// A snapshot of the engine's gauges, taken after a step (cheap to copy).

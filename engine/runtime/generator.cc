@@ -72,6 +72,9 @@ const PagedKvCache& Generator::kv_cache() const {
 const std::string& Generator::kv_calibration_source() const {
   return loaded_->kv_calibration_source;
 }
+const std::string& Generator::device_note() const {
+  return loaded_->device_note;
+}
 int32_t Generator::max_model_len() const {
   return loaded_->max_model_len;
 }

@@ -17,6 +17,7 @@
 #include "engine/sampling/sampling_params.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "kernels/backend.h"
+#include "kernels/backend_factory.h"
 
 namespace tq {
 
@@ -39,6 +40,11 @@ struct EngineOptions {
   int32_t tensor_parallel_size = 1;
   // Weight quantization config (JSON, docs/quantization.md); "" = weights as stored.
   std::string quantization_config;
+  // Compute device (--device); the CLI defaults to auto, library users to the CPU.
+  kernels::DeviceKind device = kernels::DeviceKind::kCpu;
+  // GPU backends: fraction of the device's total memory the server may hold
+  // (weights + activations + KV pool) when kv_cache_memory is 0 (vLLM's flag).
+  double gpu_memory_utilization = 0.9;
 };
 
 /// Why generation stopped (OpenAI finish_reason): "stop" (EOS or a stop
@@ -87,6 +93,8 @@ class Generator {
   /// How the tq key statistics were obtained ("" for other KV dtypes), e.g.
   /// "calibrated on the built-in text (412 tokens)" or "loaded from FILE".
   const std::string& kv_calibration_source() const;
+  /// Why --device auto runs on the CPU; empty otherwise (LoadedModel::device_note).
+  const std::string& device_note() const;
   int32_t max_model_len() const;
 
  private:

@@ -34,6 +34,42 @@ void CheckOptions(const EngineOptions& options) {
       (options.kv_sink_tokens > 0 && !kernels::KvStoresPreRopeKeys(options.kv_cache_dtype))) {
     throw Error("--kv-sink-tokens must be 0..8 (and <= --block-size), with a tq KV cache dtype");
   }
+  if (!(options.gpu_memory_utilization > 0.0 && options.gpu_memory_utilization <= 1.0)) {
+    throw Error("--gpu-memory-utilization must be in (0, 1]");
+  }
+}
+
+// KV pool budget on a GPU when --kv-cache-memory is not given (vLLM's rule):
+// gpu_memory_utilization × total device memory, minus what is in use now
+// (weights, this process's context, other processes) and an estimate of the
+// activation workspace at the largest step (max_num_batched_tokens tokens,
+// max_num_seqs logit rows) plus a fixed reserve for cuBLAS and allocator slack.
+size_t DeviceKvBudget(const LoadedModel& m, const EngineOptions& options) {
+  kernels::DeviceMemoryInfo mem;
+  if (!kernels::QueryDeviceMemory(*m.backend, &mem)) {
+    throw Error("--device " + std::string(m.backend->Name()) + ": cannot query device memory");
+  }
+  const ModelConfig& c = m.files.config;
+  const size_t tokens = static_cast<size_t>(options.max_num_batched_tokens);
+  const size_t per_token = 2 * static_cast<size_t>(c.hidden_size) +
+                           2 * static_cast<size_t>(c.num_attention_heads) * c.head_dim +
+                           2 * static_cast<size_t>(c.num_key_value_heads) * c.head_dim +
+                           2 * static_cast<size_t>(c.intermediate_size);
+  const size_t logit_rows = std::max<size_t>(options.max_num_seqs, tokens);
+  const size_t workspace = 4 * (tokens * per_token + logit_rows * (c.vocab_size + c.hidden_size)) +
+                           2 * tokens * std::max(c.hidden_size, c.intermediate_size) +
+                           (size_t{512} << 20);
+  const double allowed = options.gpu_memory_utilization * static_cast<double>(mem.total_bytes);
+  const double used = static_cast<double>(mem.total_bytes - mem.free_bytes);
+  const double budget = allowed - used - static_cast<double>(workspace);
+  if (budget <= 0.0) {
+    throw Error("--gpu-memory-utilization " + std::to_string(options.gpu_memory_utilization) +
+                " leaves no memory for the KV cache (device total " +
+                std::to_string(mem.total_bytes) + " bytes, in use " +
+                std::to_string(mem.total_bytes - mem.free_bytes) + " bytes, activation workspace " +
+                std::to_string(workspace) + " bytes); raise it or set --kv-cache-memory");
+  }
+  return static_cast<size_t>(budget);
 }
 
 // Identifies the loaded weights in saved calibration stats: FNV-1a over the
@@ -278,7 +314,23 @@ LoadedModel LoadModel(const EngineOptions& options) {
         c, LoadLlamaWeights(options.model_dir, c, backend, plan, weight_options), backend, plan);
   };
   MakeTpPlan(c, 0, world);  // a model that cannot be split fails before any loading
-  m.backend = kernels::CreateCpuBackend(threads);
+  if (world == 1) {
+    try {
+      m.backend = kernels::CreateBackend(options.device, threads, &m.device_note);
+    } catch (const std::runtime_error& e) {
+      throw Error(e.what());
+    }
+  } else if (options.device == kernels::DeviceKind::kCuda) {
+    throw Error(
+        "--device cuda: --tensor-parallel-size > 1 runs on the CPU only for now (no CUDA "
+        "communicator yet)");
+  } else {
+    m.backend = kernels::CreateCpuBackend(threads);
+    if (kernels::ResolvesToCuda(options.device)) {
+      m.device_note = "--device auto: --tensor-parallel-size " + std::to_string(world) +
+                      " runs on the CPU (no CUDA communicator yet)";
+    }
+  }
   if (world > 1) {
     m.tp = std::make_unique<TensorParallelGroup>();
     m.tp->comms = CreateCpuCommunicators(world);
@@ -305,15 +357,21 @@ LoadedModel LoadModel(const EngineOptions& options) {
   const int32_t blocks_for_one_seq = (m.max_model_len + layout.block_size - 1) / layout.block_size;
   const size_t bytes_per_block =
       PagedKvCache::BytesPerBlock(c.num_hidden_layers, layout, options.kv_sink_tokens);
-  layout.num_blocks =
-      options.kv_cache_memory > 0
-          ? PagedKvCache::BlocksForBudget(options.kv_cache_memory, c.num_hidden_layers, layout,
-                                          options.kv_sink_tokens)
-          : blocks_for_one_seq;
+  const size_t kv_budget = options.kv_cache_memory > 0  ? options.kv_cache_memory
+                           : m.backend->Name() != "cpu" ? DeviceKvBudget(m, options)
+                                                        : 0;
+  layout.num_blocks = kv_budget > 0 ? PagedKvCache::BlocksForBudget(kv_budget, c.num_hidden_layers,
+                                                                    layout, options.kv_sink_tokens)
+                                    : blocks_for_one_seq;
   // As vLLM: the pool must hold at least one sequence of max_model_len tokens,
   // so an accepted request can never run out of blocks on its own.
   if (layout.num_blocks < blocks_for_one_seq) {
-    throw Error("--kv-cache-memory " + std::to_string(options.kv_cache_memory) + " bytes holds " +
+    const std::string budget_source =
+        options.kv_cache_memory > 0
+            ? "--kv-cache-memory " + std::to_string(options.kv_cache_memory) + " bytes"
+            : "--gpu-memory-utilization " + std::to_string(options.gpu_memory_utilization) + " (" +
+                  std::to_string(kv_budget) + " bytes for the KV cache)";
+    throw Error(budget_source + " holds " +
                 std::to_string(static_cast<int64_t>(layout.num_blocks) * layout.block_size) +
                 " tokens of " + std::string(kernels::KvDtypeName(layout.dtype)) +
                 " KV cache, fewer than --max-model-len " + std::to_string(m.max_model_len) +

@@ -40,6 +40,9 @@ struct LoadedModel {
   int32_t max_model_len = 0;
   // How the tq key statistics were obtained ("" for other KV dtypes).
   std::string kv_calibration_source;
+  // Why --device auto runs on the CPU ("" otherwise); the CLI logs it once,
+  // after its own checks, so that a start-up error stays one line.
+  std::string device_note;
 
   int tensor_parallel_size() const { return tp ? tp->world_size() : 1; }
   /// Rank r's model and backend (r = 0: model / backend).

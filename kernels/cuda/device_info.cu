@@ -30,3 +30,22 @@ std::string DeviceDescription(int index) {
 }
 
 }  // namespace tq::kernels::cuda
+
+namespace tq::kernels::cuda {
+
+bool DeviceMemory(int index, size_t* free_bytes, size_t* total_bytes) {
+  int previous = 0;
+  if (cudaGetDevice(&previous) != cudaSuccess || cudaSetDevice(index) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  const cudaError_t err = cudaMemGetInfo(free_bytes, total_bytes);
+  cudaSetDevice(previous);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
+}  // namespace tq::kernels::cuda

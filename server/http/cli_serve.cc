@@ -197,7 +197,8 @@ void RunServe(ServeArgs& args) {
     if (!dir.has_filename()) dir = dir.parent_path();
     args.http.served_model_name = dir.filename().string();
   }
-  if (!args.kv_cache_memory_set) {
+  // On a GPU the pool is sized by --gpu-memory-utilization (kv_cache_memory 0).
+  if (!args.kv_cache_memory_set && !kernels::ResolvesToCuda(args.engine.device)) {
     args.engine.kv_cache_memory = DefaultKvCacheMemory(files.config, args.engine);
   }
   args.http.log_requests = !args.disable_log_requests;
@@ -231,6 +232,7 @@ void RunServe(ServeArgs& args) {
                  engine->info().model_dir,
                  std::chrono::duration<double>(Clock::now() - load_start).count(),
                  args.http.served_model_name, engine->info().max_model_len);
+    if (!engine->info().device_note.empty()) spdlog::info("{}", engine->info().device_note);
     spdlog::info("{}", engine->info().weights_summary);
     spdlog::info("{}", KvCacheLine(engine->info(), files.config));
     for (const RankMemory& r : engine->info().ranks) {

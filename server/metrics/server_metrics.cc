@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/backend_factory.h"
 #include "server/metrics/host_memory.h"
 
 #ifndef TQ_VERSION
@@ -299,10 +300,15 @@ void ServerMetrics::Impl::SetProcessGauges(const EngineInfo& info) {
   if (rss) resident.push_back({{}, static_cast<double>(*rss)});
   resident_bytes.Assign(resident);
 
-  // Only the host is visible from here; a GPU's memory must come from the
-  // engine (EngineInfo/EngineStats have no field for it yet).
   std::vector<std::pair<Labels, double>> device;
-  if (info.device == "cpu") {
+  kernels::DeviceMemoryInfo gpu;
+  if (info.device == "cuda" && kernels::QueryCudaDeviceMemory(0, &gpu)) {
+    // cudaMemGetInfo: the whole device, as nvidia-smi's memory.used.
+    device.push_back(
+        {{{"device", "cuda"}, {"kind", "total"}}, static_cast<double>(gpu.total_bytes)});
+    device.push_back({{{"device", "cuda"}, {"kind", "used"}},
+                      static_cast<double>(gpu.total_bytes - gpu.free_bytes)});
+  } else if (info.device == "cpu") {
     if (std::optional<uint64_t> total = HostMemTotalBytes()) {
       device.push_back({{{"device", "cpu"}, {"kind", "total"}}, static_cast<double>(*total)});
     }

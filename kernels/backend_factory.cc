@@ -1,0 +1,75 @@
+#include "kernels/backend_factory.h"
+
+#include <stdexcept>
+
+#if defined(TQ_WITH_CUDA)
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/device_info.h"
+#endif
+
+namespace tq::kernels {
+
+bool ParseDeviceKind(std::string_view name, DeviceKind* out) {
+  if (name == "auto") {
+    *out = DeviceKind::kAuto;
+  } else if (name == "cpu") {
+    *out = DeviceKind::kCpu;
+  } else if (name == "cuda") {
+    *out = DeviceKind::kCuda;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+bool CudaBackendBuilt() {
+#if defined(TQ_WITH_CUDA)
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool ResolvesToCuda(DeviceKind kind) {
+  if (kind == DeviceKind::kCuda) return true;
+#if defined(TQ_WITH_CUDA)
+  return kind == DeviceKind::kAuto && cuda::DeviceCount() > 0;
+#else
+  return false;
+#endif
+}
+
+std::unique_ptr<Backend> CreateBackend(DeviceKind kind, int num_threads, std::string* why_cpu) {
+  if (why_cpu) why_cpu->clear();
+  if (kind == DeviceKind::kCpu) return CreateCpuBackend(num_threads);
+#if defined(TQ_WITH_CUDA)
+  std::string why;
+  if (cuda::DeviceCount(&why) > 0) return CreateCudaBackend(0);
+  if (kind == DeviceKind::kCuda)
+    throw std::runtime_error("--device cuda: no CUDA device (" + why + ")");
+  if (why_cpu) *why_cpu = "--device auto: no CUDA device (" + why + "); running on the CPU";
+#else
+  if (kind == DeviceKind::kCuda) {
+    throw std::runtime_error(
+        "--device cuda: this build has no CUDA backend (configured with TQ_CUDA=OFF)");
+  }
+  if (why_cpu) *why_cpu = "--device auto: built without CUDA (TQ_CUDA=OFF); running on the CPU";
+#endif
+  return CreateCpuBackend(num_threads);
+}
+
+bool QueryDeviceMemory(const Backend& backend, DeviceMemoryInfo* out) {
+  return backend.Name() == "cuda" && QueryCudaDeviceMemory(0, out);
+}
+
+bool QueryCudaDeviceMemory(int device, DeviceMemoryInfo* out) {
+#if defined(TQ_WITH_CUDA)
+  return cuda::DeviceMemory(device, &out->free_bytes, &out->total_bytes);
+#else
+  (void)device;
+  (void)out;
+  return false;
+#endif
+}
+
+}  // namespace tq::kernels

@@ -1,0 +1,46 @@
+// Backend selection (--device cpu|cuda|auto) and device memory queries, for
+// builds with and without CUDA (TQ_CUDA=OFF builds answer "no CUDA").
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "kernels/backend.h"
+
+namespace tq::kernels {
+
+enum class DeviceKind : uint8_t { kAuto, kCpu, kCuda };
+
+/// Parses "auto", "cpu" or "cuda"; false otherwise.
+bool ParseDeviceKind(std::string_view name, DeviceKind* out);
+
+/// True when this binary was built with the CUDA backend.
+bool CudaBackendBuilt();
+
+/// Creates the backend for `kind`: kCpu -> CreateCpuBackend(num_threads);
+/// kCuda -> the CUDA backend on device 0 (throws std::runtime_error naming
+/// --device when the build has no CUDA or no device is present); kAuto -> CUDA
+/// when built and a device is present, else the CPU backend with *why_cpu set
+/// to one line saying why (left empty otherwise).
+std::unique_ptr<Backend> CreateBackend(DeviceKind kind, int num_threads, std::string* why_cpu);
+
+/// True when CreateBackend(kind) would pick the CUDA backend (kCuda, or
+/// kAuto with CUDA built and a device present); for choosing defaults that
+/// differ by device before the backend exists.
+bool ResolvesToCuda(DeviceKind kind);
+
+/// Memory of the device a backend computes on, in bytes.
+struct DeviceMemoryInfo {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+};
+/// cudaMemGetInfo of device 0 for the CUDA backend; false for the CPU backend
+/// (host memory is reported by the server from /proc).
+bool QueryDeviceMemory(const Backend& backend, DeviceMemoryInfo* out);
+/// cudaMemGetInfo of CUDA device `device` (the whole device, other processes
+/// included); false without CUDA, a driver or that device. Any thread.
+bool QueryCudaDeviceMemory(int device, DeviceMemoryInfo* out);
+
+}  // namespace tq::kernels

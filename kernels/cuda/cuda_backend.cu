@@ -1,0 +1,371 @@
+// CudaBackend: memory, copies, cuBLAS GEMMs and dispatch to the kernels in
+// elementwise.cu, kv_write.cu and paged_attention.cu. Every op's params are
+// checked on the host first (kernels/op_checks.h) plus the limits of these
+// kernels, so bad input is a std::invalid_argument, never a device fault.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <initializer_list>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/quant_gemm.h"
+#include "kernels/op_checks.h"
+#include "kernels/tq/rotation.h"
+
+namespace tq::kernels {
+namespace {
+
+using cuda::DeviceTqCodec;
+
+constexpr std::string_view kName = "cuda";
+
+// Host snapshot of the arrays a device mirror was made from: a mirror is
+// reused only while the host arrays still hold the same values (a freed and
+// reallocated TqCodecState can reuse an address).
+std::vector<float> Snapshot(std::initializer_list<std::pair<const float*, size_t>> parts) {
+  std::vector<float> s;
+  for (const auto& [ptr, n] : parts) {
+    s.push_back(static_cast<float>(n));
+    if (ptr) s.insert(s.end(), ptr, ptr + n);
+  }
+  return s;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {
+    TQ_CUDA_CHECK(cudaSetDevice(device_));
+    TQ_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    TQ_CUBLAS_CHECK(cublasCreate(&cublas_));
+    TQ_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    TQ_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));  // fp32: no TF32
+    TQ_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device_));
+  }
+  ~CudaBackend() override {
+    cudaSetDevice(device_);
+    cudaStreamSynchronize(stream_);
+    for (auto& [key, m] : tq_mirrors_) cudaFree(m.memory);
+    for (auto& [key, m] : rope_mirrors_) cudaFree(m.memory);
+    if (gemm_workspace_) cudaFree(gemm_workspace_);
+    if (attn_workspace_) cudaFree(attn_workspace_);
+    cublasDestroy(cublas_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string_view Name() const override { return kName; }
+  cudaStream_t stream() const { return stream_; }
+
+  void* Allocate(size_t bytes) override {
+    Select();
+    void* ptr = nullptr;
+    if (cudaMalloc(&ptr, bytes ? bytes : 1) != cudaSuccess) {
+      cudaGetLastError();
+      throw std::bad_alloc();
+    }
+    TQ_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, stream_));
+    TQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return ptr;
+  }
+  void Free(void* ptr) override {
+    if (!ptr) return;
+    Select();
+    cudaStreamSynchronize(stream_);  // queued kernels may still read it
+    cudaFree(ptr);
+  }
+  void CopyToDevice(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    Select();
+    TQ_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+    TQ_CUDA_CHECK(cudaStreamSynchronize(stream_));  // src may be freed on return
+  }
+  void CopyToHost(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    Select();
+    TQ_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    TQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  void Embedding(const EmbeddingParams& p) override {
+    CheckEmbedding(kName, p);
+    Select();
+    cuda::LaunchEmbedding(p, stream_);
+  }
+  void RmsNorm(const RmsNormParams& p) override {
+    CheckRmsNorm(kName, p);
+    Select();
+    cuda::LaunchRmsNorm(p, stream_);
+  }
+  void Rope(const RopeParams& p) override {
+    CheckRope(kName, p);
+    Select();
+    cuda::LaunchRope(p, stream_);
+  }
+  void SiluMul(const SiluMulParams& p) override {
+    CheckSiluMul(kName, p);
+    Select();
+    cuda::LaunchSiluMul(p, stream_);
+  }
+  void MatMul(const MatMulParams& p) override;
+  void KvWrite(const KvWriteParams& p) override {
+    CheckKvWrite(kName, p);
+    CheckKvLimits("KvWrite", p.cache);
+    Select();
+    const DeviceTqCodec* tq = MirrorTq(p.cache);
+    cuda::LaunchKvWrite(p, tq, stream_);
+  }
+  void PagedAttention(const PagedAttentionParams& p) override;
+  void QuantMatMul(const MatMulParams& p);
+
+ private:
+  struct Mirror {
+    void* memory = nullptr;
+    std::vector<float> snapshot;
+    DeviceTqCodec codec;
+  };
+
+  void Select() const { TQ_CUDA_CHECK(cudaSetDevice(device_)); }
+
+  void CheckKvLimits(std::string_view op, const KvLayerView& cache) const {
+    const KvLayout& l = cache.layout;
+    const std::string where = "cuda " + std::string(op) + ": ";
+    if (l.head_dim > cuda::kMaxHeadDim) {
+      throw std::invalid_argument(where + "head_dim " + std::to_string(l.head_dim) +
+                                  " > 256 is not supported by the CUDA kernels");
+    }
+    if (l.num_kv_heads > 65535) throw std::invalid_argument(where + "num_kv_heads > 65535");
+    if (KvStoresPreRopeKeys(l.dtype) && !cache.tq->rotation->is_hadamard()) {
+      throw std::invalid_argument(where + "tq KV cache with head_dim " +
+                                  std::to_string(l.head_dim) +
+                                  " (not a power of two: dense rotation) is CPU-only; use "
+                                  "--kv-cache-dtype fp16 or int8 on CUDA");
+    }
+    if (KvStoresPreRopeKeys(l.dtype) && cache.tq->rope_positions <= 0) {
+      throw std::invalid_argument(where + "tq KV cache without a RoPE table");
+    }
+  }
+
+  // Grows a device scratch buffer (contents not kept).
+  void* Scratch(void** buffer, size_t* capacity, size_t bytes) {
+    if (bytes > *capacity) {
+      if (*buffer) {
+        TQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        TQ_CUDA_CHECK(cudaFree(*buffer));
+        *buffer = nullptr;
+        *capacity = 0;
+      }
+      TQ_CUDA_CHECK(cudaMalloc(buffer, bytes));
+      *capacity = bytes;
+    }
+    return *buffer;
+  }
+
+  void* Upload(const std::vector<std::pair<const float*, size_t>>& parts, size_t total,
+               std::vector<const float*>* device_ptrs) {
+    void* memory = nullptr;
+    TQ_CUDA_CHECK(cudaMalloc(&memory, total * sizeof(float)));
+    auto* base = static_cast<float*>(memory);
+    size_t at = 0;
+    for (const auto& [ptr, n] : parts) {
+      if (ptr && n) {
+        TQ_CUDA_CHECK(
+            cudaMemcpyAsync(base + at, ptr, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
+        device_ptrs->push_back(base + at);
+      } else {
+        device_ptrs->push_back(nullptr);
+      }
+      at += n;
+    }
+    TQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return memory;
+  }
+
+  // Device copy of the layer's tq codec (TqLayerCodec holds host pointers).
+  const DeviceTqCodec* MirrorTq(const KvLayerView& cache) {
+    if (!KvStoresPreRopeKeys(cache.layout.dtype)) return nullptr;
+    const TqLayerCodec& c = *cache.tq;
+    const KvLayout& l = cache.layout;
+    const size_t d = static_cast<size_t>(l.head_dim);
+    const size_t stats = static_cast<size_t>(l.num_kv_heads) * d;
+    const size_t kl = size_t{1} << TqKeyBits(l.dtype);
+    const size_t vl = size_t{1} << TqValueBits(l.dtype);
+    const std::vector<float>& signs = c.rotation->signs();
+    const std::vector<std::pair<const float*, size_t>> parts = {{signs.data(), d},
+                                                                {c.k_centroids, kl},
+                                                                {c.k_boundaries, kl - 1},
+                                                                {c.v_centroids, vl},
+                                                                {c.v_boundaries, vl - 1},
+                                                                {c.k_mean, c.k_mean ? stats : 0},
+                                                                {c.k_scale, c.k_scale ? stats : 0}};
+    std::vector<float> snap =
+        Snapshot({parts[0], parts[1], parts[2], parts[3], parts[4], parts[5], parts[6]});
+    auto it = tq_mirrors_.find(&c);
+    if (it == tq_mirrors_.end() || it->second.snapshot != snap) {
+      if (it != tq_mirrors_.end()) {
+        TQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        cudaFree(it->second.memory);
+        tq_mirrors_.erase(it);
+      }
+      size_t total = 0;
+      for (const auto& part : parts) total += part.second;
+      Mirror m;
+      std::vector<const float*> ptrs;
+      m.memory = Upload(parts, total, &ptrs);
+      m.snapshot = std::move(snap);
+      m.codec.signs = ptrs[0];
+      m.codec.k_centroids = ptrs[1];
+      m.codec.k_boundaries = ptrs[2];
+      m.codec.v_centroids = ptrs[3];
+      m.codec.v_boundaries = ptrs[4];
+      m.codec.k_mean = ptrs[5];
+      m.codec.k_scale = ptrs[6];
+      it = tq_mirrors_.emplace(&c, std::move(m)).first;
+    }
+    // The RoPE table is shared by all layers: one mirror per table. Its
+    // snapshot is the first two and the last rows (tables run to millions of
+    // floats; they are computed from the config, so equal ends mean equal tables).
+    const size_t half = d / 2;
+    const size_t rows = static_cast<size_t>(c.rope_positions);
+    const float* last_cos = c.rope_cos + (rows - 1) * half;
+    const float* last_sin = c.rope_sin + (rows - 1) * half;
+    std::vector<float> rope_snap = Snapshot({{c.rope_cos, std::min<size_t>(2, rows) * half},
+                                             {c.rope_sin, std::min<size_t>(2, rows) * half},
+                                             {last_cos, half},
+                                             {last_sin, half}});
+    rope_snap.push_back(static_cast<float>(rows));
+    auto rit = rope_mirrors_.find(c.rope_cos);
+    if (rit == rope_mirrors_.end() || rit->second.snapshot != rope_snap) {
+      if (rit != rope_mirrors_.end()) {
+        TQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        cudaFree(rit->second.memory);
+        rope_mirrors_.erase(rit);
+      }
+      Mirror m;
+      std::vector<const float*> ptrs;
+      m.memory =
+          Upload({{c.rope_cos, rows * half}, {c.rope_sin, rows * half}}, 2 * rows * half, &ptrs);
+      m.snapshot = std::move(rope_snap);
+      m.codec.rope_cos = ptrs[0];
+      m.codec.rope_sin = ptrs[1];
+      m.codec.rope_positions = c.rope_positions;
+      rit = rope_mirrors_.emplace(c.rope_cos, std::move(m)).first;
+    }
+    DeviceTqCodec& codec = it->second.codec;
+    codec.rope_cos = rit->second.codec.rope_cos;
+    codec.rope_sin = rit->second.codec.rope_sin;
+    codec.rope_positions = rit->second.codec.rope_positions;
+    return &codec;
+  }
+
+  int device_;
+  int num_sms_ = 1;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  void* gemm_workspace_ = nullptr;
+  size_t gemm_workspace_bytes_ = 0;
+  void* attn_workspace_ = nullptr;
+  size_t attn_workspace_bytes_ = 0;
+  std::unordered_map<const TqLayerCodec*, Mirror> tq_mirrors_;
+  std::unordered_map<const float*, Mirror> rope_mirrors_;
+};
+
+void CudaBackend::MatMul(const MatMulParams& p) {
+  CheckMatMul(kName, p);
+  if (p.rows == 0) return;
+  const WeightView& w = p.w;
+  if (w.dtype == WeightDtype::kF32Panels) {
+    throw std::invalid_argument("cuda MatMul: kF32Panels is the CPU backend's private layout");
+  }
+  Select();
+  if (w.dtype == WeightDtype::kInt8 || w.dtype == WeightDtype::kInt4) {
+    QuantMatMul(p);
+    return;
+  }
+  const float alpha = 1.0f;
+  const float beta = p.accumulate ? 1.0f : 0.0f;
+  // Row-major out[rows, out] = x[rows, in] · Wᵀ is, column-major,
+  // outᵀ[out, rows] = W(as stored: col-major [in, out], transposed) · xᵀ.
+  const void* b = p.x;
+  cudaDataType_t type = CUDA_R_32F;
+  if (w.dtype != WeightDtype::kF32) {
+    const bool bf16 = w.dtype == WeightDtype::kBF16;
+    type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    const int64_t n = static_cast<int64_t>(p.rows) * w.in_features;
+    auto* x16 = static_cast<uint16_t*>(
+        Scratch(&gemm_workspace_, &gemm_workspace_bytes_, static_cast<size_t>(n) * 2));
+    cuda::LaunchToHalf(p.x, x16, n, bf16, stream_);
+    b = x16;
+  }
+  TQ_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, w.out_features, p.rows,
+                               w.in_features, &alpha, w.data, type, w.in_features, b, type,
+                               w.in_features, &beta, p.out, CUDA_R_32F, w.out_features,
+                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// int8/int4 group-wise weights: the weight-only GEMM of kernels/cuda/quant_gemm
+// (fp16 activations and output), with the activations rounded to fp16 first
+// and its fp16 result widened into (or added to) the fp32 output.
+void CudaBackend::QuantMatMul(const MatMulParams& p) {
+  const WeightView& w = p.w;
+  const size_t in_elems = static_cast<size_t>(p.rows) * w.in_features;
+  const size_t out_elems = static_cast<size_t>(p.rows) * w.out_features;
+  const size_t out_at = (in_elems * 2 + 255) / 256 * 256;
+  auto* base = static_cast<uint8_t*>(
+      Scratch(&gemm_workspace_, &gemm_workspace_bytes_, out_at + out_elems * 2));
+  auto* a16 = reinterpret_cast<uint16_t*>(base);
+  auto* out16 = reinterpret_cast<uint16_t*>(base + out_at);
+  cuda::LaunchToHalf(p.x, a16, static_cast<int64_t>(in_elems), false, stream_);
+  cuda::QuantGemmParams q;
+  q.a = a16;
+  q.weight = static_cast<const uint8_t*>(w.data);
+  q.scales = w.scales;
+  q.zeros = w.zeros;
+  q.out = out16;
+  q.m = p.rows;
+  q.n = w.out_features;
+  q.k = w.in_features;
+  q.group_size = w.group_size;
+  q.dtype = w.dtype;
+  TQ_CUDA_CHECK(cuda::QuantGemm(q, stream_));
+  cuda::LaunchFromHalf(out16, p.out, static_cast<int64_t>(out_elems), p.accumulate, stream_);
+}
+
+void CudaBackend::PagedAttention(const PagedAttentionParams& p) {
+  CheckPagedAttention(kName, p);
+  CheckKvLimits("PagedAttention", p.cache);
+  const int64_t group = p.num_heads / p.cache.layout.num_kv_heads;
+  if (static_cast<int64_t>(p.cache.layout.num_kv_heads) * ((group + 7) / 8) > 65535) {
+    throw std::invalid_argument("cuda PagedAttention: num_kv_heads x head groups > 65535");
+  }
+  if (p.num_tokens == 0) return;
+  Select();
+  const DeviceTqCodec* tq = MirrorTq(p.cache);
+  const cuda::AttentionPlan plan = cuda::PlanAttention(p, num_sms_);
+  float* workspace = nullptr;
+  if (plan.splits > 1) {
+    workspace = static_cast<float*>(
+        Scratch(&attn_workspace_, &attn_workspace_bytes_, plan.WorkspaceFloats(p) * sizeof(float)));
+  }
+  cuda::LaunchPagedAttention(p, tq, plan, workspace, stream_);
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> CreateCudaBackend(int device) {
+  return std::make_unique<CudaBackend>(device);
+}
+
+void* CudaBackendStream(Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  return cuda ? static_cast<void*>(cuda->stream()) : nullptr;
+}
+
+}  // namespace tq::kernels

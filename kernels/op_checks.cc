@@ -1,0 +1,148 @@
+#include "kernels/op_checks.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace tq::kernels {
+namespace {
+
+[[noreturn]] void Fail(std::string_view backend, std::string_view op, const std::string& what) {
+  throw std::invalid_argument(std::string(backend) + " " + std::string(op) + ": " + what);
+}
+
+void Positive(std::string_view backend, std::string_view op, const char* field, int64_t v) {
+  if (v <= 0) Fail(backend, op, std::string(field) + " must be positive, got " + std::to_string(v));
+}
+void NonNegative(std::string_view backend, std::string_view op, const char* field, int64_t v) {
+  if (v < 0) Fail(backend, op, std::string(field) + " must be >= 0, got " + std::to_string(v));
+}
+void Present(std::string_view backend, std::string_view op, const char* field, const void* ptr) {
+  if (ptr == nullptr) Fail(backend, op, std::string(field) + " is null");
+}
+
+bool Dense(WeightDtype d) {
+  return d == WeightDtype::kF32 || d == WeightDtype::kF16 || d == WeightDtype::kBF16;
+}
+bool Quantized(WeightDtype d) {
+  return d == WeightDtype::kInt8 || d == WeightDtype::kInt4;
+}
+
+}  // namespace
+
+void CheckEmbedding(std::string_view backend, const EmbeddingParams& p) {
+  constexpr std::string_view op = "Embedding";
+  NonNegative(backend, op, "num_tokens", p.num_tokens);
+  Positive(backend, op, "vocab", p.vocab);
+  Positive(backend, op, "hidden", p.hidden);
+  if (!Dense(p.table_dtype)) Fail(backend, op, "table_dtype must be fp32, fp16 or bf16");
+  if (p.num_tokens == 0) return;
+  Present(backend, op, "ids", p.ids);
+  Present(backend, op, "table", p.table);
+  Present(backend, op, "out", p.out);
+}
+
+void CheckRmsNorm(std::string_view backend, const RmsNormParams& p) {
+  constexpr std::string_view op = "RmsNorm";
+  NonNegative(backend, op, "rows", p.rows);
+  Positive(backend, op, "dim", p.dim);
+  if (!(p.eps >= 0.0f)) Fail(backend, op, "eps must be >= 0");
+  if (p.rows == 0) return;
+  Present(backend, op, "x", p.x);
+  Present(backend, op, "weight", p.weight);
+  Present(backend, op, "out", p.out);
+}
+
+void CheckMatMul(std::string_view backend, const MatMulParams& p) {
+  constexpr std::string_view op = "MatMul";
+  NonNegative(backend, op, "rows", p.rows);
+  Positive(backend, op, "w.out_features", p.w.out_features);
+  Positive(backend, op, "w.in_features", p.w.in_features);
+  if (Quantized(p.w.dtype)) {
+    Positive(backend, op, "w.group_size", p.w.group_size);
+    if (p.w.in_features % p.w.group_size != 0) {
+      Fail(backend, op, "w.group_size does not divide w.in_features");
+    }
+    if (p.w.dtype == WeightDtype::kInt4 && p.w.group_size % 2 != 0) {
+      Fail(backend, op, "w.group_size must be even for int4");
+    }
+    Present(backend, op, "w.scales", p.w.scales);
+  }
+  if (p.rows == 0) return;
+  Present(backend, op, "x", p.x);
+  Present(backend, op, "w.data", p.w.data);
+  Present(backend, op, "out", p.out);
+}
+
+void CheckRope(std::string_view backend, const RopeParams& p) {
+  constexpr std::string_view op = "Rope";
+  NonNegative(backend, op, "num_tokens", p.num_tokens);
+  Positive(backend, op, "num_heads", p.num_heads);
+  Positive(backend, op, "head_dim", p.head_dim);
+  if (p.head_dim % 2 != 0) Fail(backend, op, "head_dim must be even");
+  if (p.num_tokens == 0) return;
+  Present(backend, op, "x", p.x);
+  Present(backend, op, "positions", p.positions);
+  Present(backend, op, "inv_freq", p.inv_freq);
+}
+
+void CheckSiluMul(std::string_view backend, const SiluMulParams& p) {
+  constexpr std::string_view op = "SiluMul";
+  NonNegative(backend, op, "rows", p.rows);
+  Positive(backend, op, "dim", p.dim);
+  if (p.rows == 0) return;
+  Present(backend, op, "gate", p.gate);
+  Present(backend, op, "up", p.up);
+  Present(backend, op, "out", p.out);
+}
+
+void CheckKvLayerView(std::string_view backend, std::string_view op, const KvLayerView& cache) {
+  const KvLayout& l = cache.layout;
+  Positive(backend, op, "cache.layout.num_blocks", l.num_blocks);
+  Positive(backend, op, "cache.layout.block_size", l.block_size);
+  Positive(backend, op, "cache.layout.num_kv_heads", l.num_kv_heads);
+  Positive(backend, op, "cache.layout.head_dim", l.head_dim);
+  Present(backend, op, "cache.k", cache.k);
+  Present(backend, op, "cache.v", cache.v);
+  const bool tq = KvStoresPreRopeKeys(l.dtype);
+  if (tq && (cache.tq == nullptr || cache.tq->rotation == nullptr)) {
+    Fail(backend, op, "a tq KV cache needs cache.tq with its rotation");
+  }
+  if (cache.sink_k != nullptr || cache.sink_tokens != 0) {
+    if (!tq || cache.sink_tokens <= 0 || cache.sink_tokens > l.block_size ||
+        cache.sink_k == nullptr || cache.sink_v == nullptr) {
+      Fail(backend, op, "attention sink needs a tq format, sink_k/sink_v and 1..block_size tokens");
+    }
+  }
+}
+
+void CheckKvWrite(std::string_view backend, const KvWriteParams& p) {
+  constexpr std::string_view op = "KvWrite";
+  NonNegative(backend, op, "num_tokens", p.num_tokens);
+  CheckKvLayerView(backend, op, p.cache);
+  if (p.num_tokens == 0) return;
+  Present(backend, op, "k", p.k);
+  Present(backend, op, "v", p.v);
+  Present(backend, op, "slot_mapping", p.slot_mapping);
+  if (p.cache.sink_k != nullptr) Present(backend, op, "positions (attention sink)", p.positions);
+}
+
+void CheckPagedAttention(std::string_view backend, const PagedAttentionParams& p) {
+  constexpr std::string_view op = "PagedAttention";
+  NonNegative(backend, op, "num_tokens", p.num_tokens);
+  Positive(backend, op, "num_heads", p.num_heads);
+  Positive(backend, op, "max_blocks_per_seq", p.max_blocks_per_seq);
+  CheckKvLayerView(backend, op, p.cache);
+  if (p.num_heads % p.cache.layout.num_kv_heads != 0) {
+    Fail(backend, op,
+         "num_heads " + std::to_string(p.num_heads) + " is not a multiple of num_kv_heads " +
+             std::to_string(p.cache.layout.num_kv_heads));
+  }
+  if (p.num_tokens == 0) return;
+  Present(backend, op, "q", p.q);
+  Present(backend, op, "out", p.out);
+  Present(backend, op, "token_seq", p.token_seq);
+  Present(backend, op, "token_pos", p.token_pos);
+  Present(backend, op, "block_tables", p.block_tables);
+}
+
+}  // namespace tq::kernels

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# GPU check of the CUDA backend (issue 6), for a machine with CUDA, CMake and
+# a C++ compiler only: builds the engine + CUDA kernels (no server, no
+# sentencepiece; GoogleTest and nlohmann/json come from third_party/carry/),
+# runs every CUDA test (each op against the CPU backend, end-to-end greedy on
+# the bundled model) and the kernel benchmarks, and prints a short table.
+# Budget: under 8 minutes on 16 cores (build ~3-4 min for sm_90 only).
+#
+# Here (once):  tests/cuda/prepare_carry.sh
+# Device run:   run(command="tests/cuda/run_device.sh",
+#                   carry=["third_party/carry"], timeout_s=540)
+# Outputs under $OUT (or build-device/out): cuda_tests.xml, cuda_tests.log,
+# bench.txt, summary.txt.  Options: --quick (benchmarks at 4k only, fewer
+# repetitions), --no-bench.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+start=$(date +%s)
+quick=""
+bench=1
+for arg in "$@"; do
+  case $arg in
+    --quick) quick="--quick" ;;
+    --no-bench) bench=0 ;;
+    *) echo "run_device.sh: unknown option $arg" >&2; exit 2 ;;
+  esac
+done
+out=${OUT:-build-device/out}
+mkdir -p "$out"
+log() { echo "[run_device $(($(date +%s) - start))s] $*"; }
+
+[[ -d third_party/carry/googletest ]] || { echo "third_party/carry missing: run tests/cuda/prepare_carry.sh here and carry it" >&2; exit 2; }
+nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+[[ -x $nvcc ]] || { echo "run_device.sh: nvcc not found" >&2; exit 2; }
+log "$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo 'nvidia-smi unavailable')"
+log "$($nvcc --version | tail -1); $(cmake --version | head -1); $(${CXX:-c++} --version | head -1)"
+
+gen=()
+command -v ninja > /dev/null && gen=(-G Ninja)
+# sm_90 only on the H200 (halves nvcc time); CI builds 80 and 90.
+arch=${TQ_CUDA_ARCH:-90}
+if ! cmake -S . -B build-device "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DTQ_CUDA=ON \
+    -DTQ_BUILD_SERVER=OFF -DTQ_SENTENCEPIECE=OFF -DCMAKE_CUDA_COMPILER="$nvcc" \
+    -DCMAKE_CUDA_ARCHITECTURES="$arch" > "$out/configure.log" 2>&1; then
+  tail -30 "$out/configure.log"; exit 1
+fi
+log "configured"
+if ! cmake --build build-device -j"$(nproc)" --target tq_test_cuda tq_bench_cuda > "$out/build.log" 2>&1; then
+  grep -E "error|Error" "$out/build.log" | head -40; exit 1
+fi
+log "built"
+
+build-device/bin/tq_test_cuda --gtest_output="xml:$out/cuda_tests.xml" > "$out/cuda_tests.log" 2>&1
+tests_rc=$?
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|tq3 KV|Failure|Expected|Which is|worst" "$out/cuda_tests.log" | head -60
+log "tests rc=$tests_rc"
+
+if [[ $bench == 1 ]]; then
+  timeout 240 build-device/bin/tq_bench_cuda $quick > "$out/bench.txt" 2>&1
+  log "bench rc=$?"
+  cat "$out/bench.txt"
+fi
+
+{
+  echo "tests: $(grep -c '^\[       OK \]' "$out/cuda_tests.log") passed, $(grep -c '^\[  FAILED  \] [A-Za-z]' "$out/cuda_tests.log") failed, $(grep -c '^\[  SKIPPED \] [A-Za-z]' "$out/cuda_tests.log") skipped"
+  [[ -f $out/bench.txt ]] && cat "$out/bench.txt"
+  echo "wall: $(($(date +%s) - start)) s"
+} > "$out/summary.txt"
+cat "$out/summary.txt"
+exit $tests_rc
