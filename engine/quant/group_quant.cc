@@ -12,7 +12,7 @@ namespace {
 
 constexpr uint16_t kHalfOne = 0x3c00;
 constexpr uint16_t kSmallestHalf = 0x0001;  // 2^-24, the smallest positive subnormal
-constexpr int32_t kMaxGroup = 4096;            // groups searched for a clip (scratch size)
+constexpr int32_t kMaxGroup = 4096;         // groups searched for a clip (scratch size)
 
 // Stored fp16 scale for a real-valued scale s >= 0 (0 only for all-zero groups).
 uint16_t ScaleBits(float s, const char* what) {
@@ -63,12 +63,12 @@ double GroupCodes(const float* x, int32_t n, int32_t maxq, uint16_t scale_bits, 
 // bits. Tries the range shrunk by kShrink[k] and keeps the one with the least
 // squared error (the first on ties), as AWQ's clip search and llama.cpp's
 // quantizers do: clipping a few outliers buys a finer step for the rest.
-void QuantizeGroup(const float* x, int32_t n, int32_t bits, bool symmetric, uint8_t* codes,
-                   uint16_t* scale_bits, uint16_t* zero_bits) {
+void QuantizeGroup(const float* x, int32_t n, int32_t bits, bool symmetric, int32_t steps,
+                   uint8_t* codes, uint16_t* scale_bits, uint16_t* zero_bits) {
   const int32_t maxq = (1 << bits) - 1;
   uint8_t trial[kMaxGroup];
   double best = -1.0;
-  for (int32_t k = 0; k < kClipSteps; ++k) {
+  for (int32_t k = 0; k < steps; ++k) {
     uint16_t sb = 0;
     int32_t zero = 0;
     GroupParams(x, n, bits, symmetric, ClipShrink(k), &sb, &zero);
@@ -133,8 +133,8 @@ void QuantizeRows(const float* w, int64_t rows, int32_t in_features, const Quant
     for (int32_t j = 0; j < groups; ++j) {
       uint16_t zero_bits = 0;
       QuantizeGroup(x + static_cast<int64_t>(j) * g, g, f.bits, f.symmetric,
-                    row_codes.data() + static_cast<size_t>(j) * g, &scales[r * groups + j],
-                    &zero_bits);
+                    f.clip_search ? kClipSteps : 1, row_codes.data() + static_cast<size_t>(j) * g,
+                    &scales[r * groups + j], &zero_bits);
       if (!f.symmetric) zeros[r * groups + j] = zero_bits;
     }
     uint8_t* dst = codes + r * CodeBytesPerRow(f, in_features);

@@ -20,6 +20,9 @@ struct QuantFormat {
   int32_t bits = 16;
   int32_t group_size = 128;
   bool symmetric = false;
+  // How to quantize, not part of the stored format (ignored by ==): search
+  // the clip range per group (QuantizeRows) or plain min/max, 16x faster.
+  bool clip_search = true;
 
   bool quantized() const { return bits == 4 || bits == 8; }
   bool operator==(const QuantFormat& o) const {
@@ -58,7 +61,9 @@ struct QuantizedMatrix {
 /// Range shrink factors tried per group (AWQ-style clip search):
 /// ClipShrink(k) = 1 - 0.025 k for k in [0, kClipSteps), i.e. 1 down to 0.625.
 inline constexpr int32_t kClipSteps = 16;
-inline float ClipShrink(int32_t k) { return 1.0f - 0.025f * static_cast<float>(k); }
+inline float ClipShrink(int32_t k) {
+  return 1.0f - 0.025f * static_cast<float>(k);
+}
 
 /// Quantizes rows [0, rows) of w (row-major, in_features columns) into the
 /// given output rows (codes: rows * CodeBytesPerRow, scales/zeros:

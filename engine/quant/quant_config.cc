@@ -103,7 +103,8 @@ QuantConfig QuantConfig::Parse(const std::string& text, const std::string& sourc
     Fail(source, std::string("invalid JSON: ") + e.what());
   }
   if (!root.is_object()) Fail(source, "a quantization config is a JSON object");
-  CheckKeys(root, {"description", "bits", "group_size", "symmetric", "overrides"}, "", source);
+  CheckKeys(root, {"description", "bits", "group_size", "symmetric", "clip_search", "overrides"},
+            "", source);
   QuantConfig c;
   c.source = source;
   std::optional<int32_t> bits, group;
@@ -113,6 +114,10 @@ QuantConfig QuantConfig::Parse(const std::string& text, const std::string& sourc
   c.defaults.bits = *bits;
   c.defaults.group_size = group.value_or(128);
   c.defaults.symmetric = sym.value_or(false);
+  if (root.contains("clip_search")) {
+    if (!root["clip_search"].is_boolean()) Fail(source, "\"clip_search\" must be true/false");
+    c.defaults.clip_search = root["clip_search"].get<bool>();
+  }
   if (root.contains("overrides")) {
     const json& list = root["overrides"];
     if (!list.is_array()) Fail(source, "\"overrides\" must be an array");

@@ -28,7 +28,7 @@ struct QuantOverride {
 
 /// A parsed config. group_size -1 means one group per row (per-channel).
 struct QuantConfig {
-  QuantFormat defaults;
+  QuantFormat defaults;  // defaults.clip_search: "clip_search" (default true), for all
   std::vector<QuantOverride> overrides;
   std::string source;  // file name, for error messages
 

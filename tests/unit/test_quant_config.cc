@@ -121,6 +121,14 @@ TEST(QuantConfigTest, BadConfigsGiveClearErrors) {
                           "overrides": [{"modules": "*", "layers": ["0-3"]}]})"),
               HasSubstr("\"layers\" items"));
   EXPECT_THAT(ErrorOf(R"({"bits": "8"})"), HasSubstr("\"bits\" must be an integer"));
+  EXPECT_THAT(ErrorOf(R"({"bits": 8, "group_size": -1, "clip_search": 1})"),
+              HasSubstr("\"clip_search\" must be true/false"));
+  EXPECT_FALSE(PlanFormats(QuantConfig::Parse(R"({"bits": 8, "group_size": -1,
+                                                  "clip_search": false})",
+                                              "c.json"),
+                           Stories260K())
+                   .at("model.layers.0.mlp.up_proj")
+                   .clip_search);
   EXPECT_THROW(QuantConfig::Load("/nonexistent/q.json"), Error);
 }
 

@@ -237,3 +237,25 @@ TEST(QuantAccountingTest, ColumnErrorIsTheSquaredReconstructionError) {
 
 }  // namespace
 }  // namespace tq::quant
+
+namespace tq::quant {
+namespace {
+
+TEST(QuantRoundTripTest, WithoutClipSearchIsPlainMinMax) {
+  const std::vector<float> w = RandomWeights(2 * 64, 5);
+  QuantFormat f{4, 32, false};
+  f.clip_search = false;
+  const QuantizedMatrix q = Quantize(w.data(), 2, 64, f);
+  for (int g = 0; g < 4; ++g) {
+    const float* x = w.data() + g * 32;
+    float lo = 0.0f, hi = 0.0f;
+    for (int i = 0; i < 32; ++i) {
+      lo = std::min(lo, x[i]);
+      hi = std::max(hi, x[i]);
+    }
+    EXPECT_EQ(q.scales[g], HalfBits((hi - lo) / 15.0f)) << g;
+  }
+}
+
+}  // namespace
+}  // namespace tq::quant
