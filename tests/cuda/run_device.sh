@@ -61,7 +61,9 @@ if [[ $bench == 1 ]]; then
 fi
 
 {
-  echo "tests: $(grep -c '^\[       OK \]' "$out/cuda_tests.log") passed, $(grep -c '^\[  FAILED  \] [A-Za-z]' "$out/cuda_tests.log") failed, $(grep -c '^\[  SKIPPED \] [A-Za-z]' "$out/cuda_tests.log") skipped"
+  # Per-test result lines end in "(N ms)"; gtest's closing lists do not.
+  count() { grep -cE "^\[ *$1 *\] .* \([0-9]+ ms\)\$" "$out/cuda_tests.log"; }
+  echo "tests: $(count OK) passed, $(count FAILED) failed, $(count SKIPPED) skipped"
   [[ -f $out/bench.txt ]] && cat "$out/bench.txt"
   echo "wall: $(($(date +%s) - start)) s"
 } > "$out/summary.txt"
