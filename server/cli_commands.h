@@ -24,7 +24,8 @@ void AddKvCacheFlags(CLI::App* cmd, EngineOptions* engine, std::string* kv_cache
 kernels::KvDtype ParseKvDtypeFlag(const std::string& value);
 
 /// Adds --quantization-config FILE (weight quantization at load time,
-/// docs/quantization.md) to `cmd`.
+/// docs/quantization.md) and --dtype auto|float32|float16|bfloat16 (dense
+/// weight storage, as vLLM's; sets engine->weight_dtype to auto) to `cmd`.
 void AddWeightFlags(CLI::App* cmd, EngineOptions* engine);
 
 /// `tqserve quantize --model DIR (--config FILE | --calibration-text FILE

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -137,6 +138,26 @@ void AddWeightFlags(CLI::App* cmd, EngineOptions* engine) {
   cmd->add_option("--quantization-config", engine->quantization_config,
                   "Quantize the linear weights at load time by this JSON config "
                   "(configs/llama_*.json, docs/quantization.md)");
+  // vLLM's --dtype values (half/float aliases included); default auto as in vLLM.
+  engine->weight_dtype = DenseDtype::kAuto;
+  const std::map<std::string, DenseDtype> dtypes = {
+      {"auto", DenseDtype::kAuto},     {"float32", DenseDtype::kFloat32},
+      {"float", DenseDtype::kFloat32}, {"float16", DenseDtype::kFloat16},
+      {"half", DenseDtype::kFloat16},  {"bfloat16", DenseDtype::kBFloat16}};
+  cmd->add_option_function<std::string>(
+         "--dtype",
+         [engine, dtypes](const std::string& v) {
+           const auto it = dtypes.find(v);
+           if (it == dtypes.end()) {
+             throw CLI::ValidationError(
+                 "--dtype",
+                 "unknown value '" + v + "' (expected auto, float32, float16 or bfloat16)");
+           }
+           engine->weight_dtype = it->second;
+         },
+         "Dense weight storage: auto (the checkpoint's dtype; 16-bit for the embeddings of a "
+         "quantized model), float32, float16 or bfloat16")
+      ->default_str("auto");
 }
 
 void AddQuantizeCommand(CLI::App& app) {

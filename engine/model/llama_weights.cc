@@ -22,6 +22,23 @@ WeightDtype Dense16(TensorDtype src) {
   return src == TensorDtype::kBF16 ? WeightDtype::kBF16 : WeightDtype::kF16;
 }
 
+WeightDtype DenseTarget(DenseDtype d, TensorDtype src, bool quantized_model) {
+  switch (d) {
+    case DenseDtype::kFloat32:
+      return WeightDtype::kF32;
+    case DenseDtype::kFloat16:
+      return WeightDtype::kF16;
+    case DenseDtype::kBFloat16:
+      return WeightDtype::kBF16;
+    case DenseDtype::kAuto:
+      if (!quantized_model) return src == TensorDtype::kF32 ? WeightDtype::kF32 : Dense16(src);
+      break;
+    case DenseDtype::kDefault:
+      break;
+  }
+  return quantized_model ? Dense16(src) : WeightDtype::kF32;
+}
+
 // A rectangle of a 2-D tensor [rows, cols] (a 1-D tensor is one row): one
 // tensor-parallel rank's slice.
 struct Slice {
@@ -344,11 +361,11 @@ LlamaWeights LoadLlamaWeights(const std::string& model_dir, const ModelConfig& c
   const std::map<std::string, quant::QuantFormat> formats =
       options.quant ? quant::PlanFormats(*options.quant, config) : stored;
   const bool quantized_model = !formats.empty();
-  // embed_tokens / lm_head: 16-bit in a quantized model, else fp32 as always.
+  // Every dense matrix (embed_tokens, lm_head, unquantized or 16-bit linears).
   auto dense = [&](const std::string& name, int64_t rows, int64_t cols, const Slice& s) {
-    const WeightDtype target =
-        quantized_model ? Dense16(loader.SourceDtype(name)) : WeightDtype::kF32;
-    return loader.Dense(name, {rows, cols}, s, target);
+    return loader.Dense(
+        name, {rows, cols}, s,
+        DenseTarget(options.dense_dtype, loader.SourceDtype(name), quantized_model));
   };
 
   const int64_t hidden = config.hidden_size;
@@ -382,7 +399,7 @@ LlamaWeights LoadLlamaWeights(const std::string& model_dir, const ModelConfig& c
     const std::string tensor = m.name + ".weight";
     const Slice s = slice_of(m.short_name);
     if (!quantized_model) {
-      slot = loader.Dense(tensor, {m.out_features, m.in_features}, s, WeightDtype::kF32);
+      slot = dense(tensor, m.out_features, m.in_features, s);
       continue;
     }
     const auto it = formats.find(m.name);

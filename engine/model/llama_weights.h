@@ -78,9 +78,19 @@ struct LlamaWeights {
   std::string MemorySummary() const;
 };
 
-/// How to store the weights. Without a quant config an unquantized
-/// checkpoint loads as fp32 (F16/BF16 widened), as it always has.
+/// Storage of the dense (unquantized) matrices: vLLM's --dtype.
+///   kDefault: fp32 for an unquantized model (F16/BF16 widened, as tqserve
+///     always did), 16-bit (the checkpoint's F16/BF16, else fp16) for the
+///     dense tensors of a quantized one; the library default.
+///   kAuto: each tensor's checkpoint dtype (F32, F16 or BF16); in a quantized
+///     model as kDefault. The CLI's default (--dtype auto).
+///   kFloat32 / kFloat16 / kBFloat16: that format for every dense matrix.
+/// Norms stay fp32 in every case.
+enum class DenseDtype : uint8_t { kDefault, kAuto, kFloat32, kFloat16, kBFloat16 };
+
+/// How to store the weights.
 struct WeightLoadOptions {
+  DenseDtype dense_dtype = DenseDtype::kDefault;
   /// Quantize the linear modules at load time by this config (null = no);
   /// embed_tokens/lm_head are then stored 16-bit (the checkpoint's F16/BF16,
   /// else fp16). Refused for a checkpoint that is already quantized.

@@ -40,6 +40,7 @@ struct EngineOptions {
   int32_t tensor_parallel_size = 1;
   // Weight quantization config (JSON, docs/quantization.md); "" = weights as stored.
   std::string quantization_config;
+  DenseDtype weight_dtype = DenseDtype::kDefault;  // --dtype (llama_weights.h)
   // Compute device (--device); the CLI defaults to auto, library users to the CPU.
   kernels::DeviceKind device = kernels::DeviceKind::kCpu;
   // GPU backends: fraction of the device's total memory the server may hold

@@ -303,6 +303,7 @@ LoadedModel LoadModel(const EngineOptions& options) {
   const int threads = std::max(1, kernels::CpuThreadCount(options.num_threads) / world);
   std::optional<quant::QuantConfig> quant_config;
   WeightLoadOptions weight_options;
+  weight_options.dense_dtype = options.weight_dtype;
   if (!options.quantization_config.empty()) {
     quant_config = quant::QuantConfig::Load(options.quantization_config);
     weight_options.quant = &*quant_config;

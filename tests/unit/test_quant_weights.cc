@@ -311,3 +311,46 @@ TEST_F(QuantWeightsTest, Bf16CheckpointKeepsBf16EmbeddingsAndUntiedHead) {
 
 }  // namespace
 }  // namespace tq
+
+namespace tq {
+namespace {
+
+TEST_F(QuantWeightsTest, DenseDtypeFollowsVllmDtype) {
+  RandomModelSpec spec;
+  spec.config = files_.config;
+  spec.dtype = TensorDtype::kBF16;
+  WriteRandomModel(Path("m"), spec, "");
+  const ModelFiles mf = LoadModelFiles(Path("m"));
+  auto load = [&](const std::string& dir, const ModelConfig& c, DenseDtype d) {
+    WeightLoadOptions opts;
+    opts.dense_dtype = d;
+    return LoadLlamaWeights(dir, c, backend_.get(), {}, opts);
+  };
+  // bf16 checkpoint: the library default widens to fp32, auto keeps bf16.
+  // (gate_proj, 172 rows, is not a whole number of the CPU backend's fp32
+  // panels, so it stays row-major kF32.)
+  EXPECT_EQ(load(Path("m"), mf.config, DenseDtype::kDefault).layers[0].gate_proj.dtype,
+            kernels::WeightDtype::kF32);
+  const LlamaWeights a = load(Path("m"), mf.config, DenseDtype::kAuto);
+  EXPECT_EQ(a.layers[4].down_proj.dtype, kernels::WeightDtype::kBF16);
+  EXPECT_EQ(a.embed_tokens.dtype, kernels::WeightDtype::kBF16);
+  // Linears and embeddings 2 bytes per parameter, 11 norms of 64 fp32.
+  const size_t params = 512 * 64 + 5 * 45312;
+  EXPECT_EQ(a.BytesByPrecision(),
+            (std::map<std::string, size_t>{{"bf16", params * 2}, {"fp32", 11 * 64 * 4}}));
+  // fp32 checkpoint: auto is fp32 (unchanged); float16 rounds every weight.
+  EXPECT_EQ(load(TQ_MODEL_DIR, files_.config, DenseDtype::kAuto).BytesByPrecision(),
+            (std::map<std::string, size_t>{{"fp32", 1040128}}));
+  const LlamaWeights h = load(TQ_MODEL_DIR, files_.config, DenseDtype::kFloat16);
+  ASSERT_EQ(h.layers[2].o_proj.dtype, kernels::WeightDtype::kF16);
+  const SafetensorsCheckpoint ckpt(TQ_MODEL_DIR);
+  std::vector<float> o(64 * 64);
+  ckpt.Require("model.layers.2.self_attn.o_proj.weight", {64, 64}).ToFloat(o.data());
+  const auto* bits = h.layers[2].o_proj.data.as<const uint16_t>();
+  for (size_t i = 0; i < o.size(); ++i) {
+    ASSERT_EQ(HalfValue(bits[i]), static_cast<float>(static_cast<_Float16>(o[i]))) << i;
+  }
+}
+
+}  // namespace
+}  // namespace tq
