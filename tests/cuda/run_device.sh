@@ -3,7 +3,9 @@
 # a C++ compiler only: builds the engine + CUDA kernels (no server, no
 # sentencepiece; GoogleTest and nlohmann/json come from third_party/carry/),
 # runs every CUDA test (each op against the CPU backend, end-to-end greedy on
-# the bundled model) and the kernel benchmarks, and prints a short table.
+# the bundled model; the NCCL communicator's collectives over this machine's
+# GPUs, i.e. TP=1 through NCCL on one GPU, when NCCL is installed) and the
+# kernel benchmarks, and prints a short table.
 # Budget: under 8 minutes on 16 cores (build ~3-4 min for sm_90 only).
 #
 # Here (once):  tests/cuda/prepare_carry.sh
@@ -44,13 +46,22 @@ if ! cmake -S . -B build-device "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DTQ_CUDA
   tail -30 "$out/configure.log"; exit 1
 fi
 log "configured"
-if ! cmake --build build-device -j"$(nproc)" --target tq_test_cuda tq_bench_cuda > "$out/build.log" 2>&1; then
+targets=(tq_test_cuda tq_bench_cuda)
+# tq_test_nccl exists when CMake found nccl.h and libnccl next to CUDA.
+grep -q "tq_test_nccl" build-device/build.ninja build-device/Makefile 2>/dev/null && targets+=(tq_test_nccl)
+if ! cmake --build build-device -j"$(nproc)" --target "${targets[@]}" > "$out/build.log" 2>&1; then
   grep -E "error|Error" "$out/build.log" | head -40; exit 1
 fi
 log "built"
 
 build-device/bin/tq_test_cuda --gtest_output="xml:$out/cuda_tests.xml" > "$out/cuda_tests.log" 2>&1
 tests_rc=$?
+if [[ -x build-device/bin/tq_test_nccl ]]; then
+  build-device/bin/tq_test_nccl --gtest_output="xml:$out/nccl_tests.xml" >> "$out/cuda_tests.log" 2>&1 ||
+    tests_rc=1
+else
+  log "NCCL not found: tq_test_nccl not built"
+fi
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|tq3 KV|Failure|Expected|Which is|worst" "$out/cuda_tests.log" | head -60
 log "tests rc=$tests_rc"
 
@@ -61,7 +72,9 @@ if [[ $bench == 1 ]]; then
 fi
 
 {
-  echo "tests: $(grep -c '^\[       OK \]' "$out/cuda_tests.log") passed, $(grep -c '^\[  FAILED  \] [A-Za-z]' "$out/cuda_tests.log") failed, $(grep -c '^\[  SKIPPED \] [A-Za-z]' "$out/cuda_tests.log") skipped"
+  # Per-test result lines end in "(N ms)"; gtest's closing lists do not.
+  count() { grep -cE "^\[ *$1 *\] .* \([0-9]+ ms\)\$" "$out/cuda_tests.log"; }
+  echo "tests: $(count OK) passed, $(count FAILED) failed, $(count SKIPPED) skipped"
   [[ -f $out/bench.txt ]] && cat "$out/bench.txt"
   echo "wall: $(($(date +%s) - start)) s"
 } > "$out/summary.txt"

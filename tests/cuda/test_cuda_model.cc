@@ -1,7 +1,8 @@
 // End to end: greedy generation on the bundled model (stories260K, its own
 // fp32 weights) on the CUDA backend must pick the same 64 tokens as the CPU
-// backend with an fp32 KV cache; with a tq3 cache the first position where
-// the two differ is printed (rounding order differs, so a near-tie may flip).
+// backend with an fp32 KV cache; with fp16 weights (a {"bits": 16}
+// quantization config) and a tq3 cache the first position where the two
+// differ is printed (rounding order differs, so a near-tie may flip).
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -13,6 +14,7 @@
 #include "engine/model/llama_model.h"
 #include "engine/model/llama_weights.h"
 #include "engine/model/model_config.h"
+#include "engine/quant/quant_config.h"
 #include "engine/runtime/model_loader.h"
 #include "tests/cuda/cuda_test_util.h"
 
@@ -22,10 +24,13 @@ namespace {
 constexpr int32_t kNewTokens = 64;
 
 // Prompt + kNewTokens greedy tokens (argmax, first index on ties).
-std::vector<int32_t> Greedy(kernels::Backend* backend, kernels::KvDtype dtype) {
+std::vector<int32_t> Greedy(kernels::Backend* backend, kernels::KvDtype dtype,
+                            const quant::QuantConfig* weights = nullptr) {
   const ModelFiles files = LoadModelFiles(TQ_MODEL_DIR);
   const ModelConfig& c = files.config;
-  LlamaModel model(c, LoadLlamaWeights(TQ_MODEL_DIR, c, backend), backend);
+  WeightLoadOptions load;
+  load.quant = weights;
+  LlamaModel model(c, LoadLlamaWeights(TQ_MODEL_DIR, c, backend, {}, load), backend);
   kernels::KvLayout layout;
   layout.dtype = dtype;
   layout.block_size = 16;
@@ -70,12 +75,14 @@ TEST_F(CudaModel, GreedyFp32MatchesCpuFor64Tokens) {
   EXPECT_EQ(gpu, cpu) << "first difference at token " << FirstDifference(gpu, cpu);
 }
 
-TEST_F(CudaModel, GreedyTq3ReportsFirstDifference) {
-  const std::vector<int32_t> cpu = Greedy(cpu_.get(), kernels::KvDtype::kTq3);
-  const std::vector<int32_t> gpu = Greedy(cuda_.get(), kernels::KvDtype::kTq3);
+TEST_F(CudaModel, GreedyFp16WeightsTq3ReportsFirstDifference) {
+  const quant::QuantConfig fp16 = quant::QuantConfig::Parse(R"({"bits": 16})", "fp16 weights");
+  const std::vector<int32_t> cpu = Greedy(cpu_.get(), kernels::KvDtype::kTq3, &fp16);
+  const std::vector<int32_t> gpu = Greedy(cuda_.get(), kernels::KvDtype::kTq3, &fp16);
   const int32_t first = FirstDifference(gpu, cpu);
-  std::printf("[ tq3 KV ] CUDA vs CPU greedy: %s%d of %d generated tokens identical\n",
-              first < 0 ? "all " : "first ", first < 0 ? kNewTokens : first - 5, kNewTokens);
+  std::printf(
+      "[ fp16 weights, tq3 KV ] CUDA vs CPU greedy: %s%d of %d generated tokens identical\n",
+      first < 0 ? "all " : "first ", first < 0 ? kNewTokens : first - 5, kNewTokens);
   RecordProperty("tq3_first_difference", first);
   // The caches differ only where a coordinate rounds to another code; the
   // first few tokens (short contexts) must agree.
