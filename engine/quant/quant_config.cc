@@ -3,6 +3,7 @@
 
 #include <fnmatch.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -19,9 +20,15 @@ using json = nlohmann::ordered_json;
   throw Error(source + ": " + problem);
 }
 
+// An integer that fits int32: json's get<int32_t>() would wrap 4294967328 to
+// 32 and silently load another format.
 int32_t GetInt(const json& v, const std::string& key, const std::string& where,
                const std::string& source) {
   if (!v.is_number_integer()) Fail(source, where + "\"" + key + "\" must be an integer");
+  const bool fits = v.is_number_unsigned()
+                        ? v.get<uint64_t>() <= uint64_t{INT32_MAX}
+                        : v.get<int64_t>() >= INT32_MIN && v.get<int64_t>() <= INT32_MAX;
+  if (!fits) Fail(source, where + "\"" + key + "\" is out of range: " + v.dump());
   return v.get<int32_t>();
 }
 
@@ -59,10 +66,13 @@ void CheckKeys(const json& obj, std::initializer_list<const char*> allowed,
 
 std::pair<int32_t, int32_t> ParseLayerItem(const json& item, const std::string& where,
                                            const std::string& source) {
-  if (item.is_number_integer()) return {item.get<int32_t>(), item.get<int32_t>()};
+  if (item.is_number_integer()) {
+    const int32_t layer = GetInt(item, "layers", where, source);
+    return {layer, layer};
+  }
   if (item.is_array() && item.size() == 2 && item[0].is_number_integer() &&
       item[1].is_number_integer()) {
-    return {item[0].get<int32_t>(), item[1].get<int32_t>()};
+    return {GetInt(item[0], "layers", where, source), GetInt(item[1], "layers", where, source)};
   }
   Fail(source, where +
                    "\"layers\" items must be a layer index or an inclusive [first, last] "

@@ -99,6 +99,21 @@ TEST(QuantConfigTest, PerModuleJsonRoundTrips) {
   EXPECT_EQ(PlanFormats(QuantConfig::Parse(text, "out.json"), Stories260K()), plan);
 }
 
+// Integers beyond int32 are refused, not wrapped (4294967328 = 2^32 + 32
+// would otherwise load as group 32, 2^32 + 8 as int8, 2^32 as layer 0).
+TEST(QuantConfigTest, OutOfRangeIntegersAreRefused) {
+  EXPECT_THAT(ErrorOf(R"({"bits": 4, "group_size": 4294967328})"),
+              HasSubstr("\"group_size\" is out of range: 4294967328"));
+  EXPECT_THAT(ErrorOf(R"({"bits": 4294967304})"), HasSubstr("\"bits\" is out of range"));
+  EXPECT_THAT(ErrorOf(R"({"bits": 8, "group_size": -1,
+                          "overrides": [{"modules": "*", "layers": [4294967296], "bits": 16}]})"),
+              HasSubstr("\"layers\" is out of range: 4294967296"));
+  EXPECT_THAT(ErrorOf(R"({"bits": 8, "group_size": -1,
+                          "overrides": [{"modules": "*", "layers": [[0, -9223372036854775808]],
+                                         "bits": 16}]})"),
+              HasSubstr("\"layers\" is out of range"));
+}
+
 TEST(QuantConfigTest, BadConfigsGiveClearErrors) {
   EXPECT_THAT(ErrorOf("{\"bits\": 4,"), HasSubstr("cfg.json: invalid JSON"));
   EXPECT_THAT(ErrorOf(R"({"bits": 3})"),
