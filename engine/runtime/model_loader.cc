@@ -12,6 +12,7 @@
 #include "engine/common/error.h"
 #include "engine/kv/kv_calibration.h"
 #include "engine/model/llama_weights.h"
+#include "engine/model/safetensors.h"
 #include "engine/parallel/cpu_communicator.h"
 #include "engine/quant/quant_config.h"
 
@@ -72,9 +73,12 @@ size_t DeviceKvBudget(const LoadedModel& m, const EngineOptions& options) {
   return static_cast<size_t>(budget);
 }
 
-// Identifies the loaded weights in saved calibration stats: FNV-1a over the
-// shape and the layer-0 key projection (cheap; any other checkpoint, even one
-// of the same shape, differs).
+// Identifies the model in saved calibration stats: FNV-1a over the shape and
+// the checkpoint's stored layer-0 key projection (cheap; any other checkpoint,
+// even one of the same shape, differs). The stored bytes, not the loaded
+// ones, so that the backend's layout (the CPU's fp32 panels), --dtype and the
+// tensor-parallel split do not change it: a file calibrated on one loads on
+// any other.
 std::string ModelFingerprint(const LoadedModel& m) {
   const ModelConfig& c = m.files.config;
   uint64_t h = 1469598103934665603ull;
@@ -84,18 +88,12 @@ std::string ModelFingerprint(const LoadedModel& m) {
   };
   const int32_t shape[] = {c.num_hidden_layers, c.num_key_value_heads, c.head_dim, c.hidden_size};
   mix(shape, sizeof(shape));
-  // The whole k_proj in row order: under TP each KV head once, from its first rank.
-  int32_t next_head = 0;
-  for (int r = 0; r < m.tensor_parallel_size(); ++r) {
-    const TpPlan& plan = m.rank_model(r).tp_plan();
-    const kernels::BackendBuffer& k_proj = m.rank_model(r).weights().layers.at(0).k_proj.data;
-    std::vector<uint8_t> host(k_proj.bytes());
-    m.rank_backend(r).CopyToHost(host.data(), k_proj.data(), host.size());
-    const size_t head_bytes = host.size() / plan.num_kv_heads;
-    for (int32_t h = 0; h < plan.num_kv_heads; ++h) {
-      if (plan.first_kv_head + h != next_head) continue;
-      mix(host.data() + h * head_bytes, head_bytes);
-      ++next_head;
+  const SafetensorsCheckpoint ckpt(m.files.dir);
+  // A `tqserve quantize` checkpoint stores the codes as .qweight.
+  for (const char* suffix : {".weight", ".qweight"}) {
+    if (const TensorInfo* t = ckpt.Find(std::string("model.layers.0.self_attn.k_proj") + suffix)) {
+      mix(t->data, t->nbytes);
+      break;
     }
   }
   char hex[17];
