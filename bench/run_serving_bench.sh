@@ -35,7 +35,9 @@ fi
 
 LOG="$(mktemp /tmp/tqserve-bench.XXXXXX.log)"
 # shellcheck disable=SC2086  # SERVE_ARGS is a list of flags
-"$TQSERVE" serve --model "$MODEL_DIR" --host 127.0.0.1 --port "$PORT" --grpc-port 0 --max-num-seqs 16 $SERVE_ARGS >"$LOG" 2>&1 &
+# --dtype float32: the model is an F16 checkpoint, and `--dtype auto` would keep
+# it 16-bit; this measures batching on the fp32 weights (SERVE_ARGS may override).
+"$TQSERVE" serve --model "$MODEL_DIR" --host 127.0.0.1 --port "$PORT" --grpc-port 0 --max-num-seqs 16 --dtype float32 $SERVE_ARGS >"$LOG" 2>&1 &
 SERVER=$!
 trap 'kill "$SERVER" 2>/dev/null; wait "$SERVER" 2>/dev/null || true' EXIT
 for _ in $(seq 600); do
