@@ -150,7 +150,12 @@ TEST_F(HttpRoutes, VersionAndMetrics) {
       R"(tqserve_api_requests_total{code="200",protocol="http",route="/version"} 1)";
   const std::string other_series = R"(code="404",protocol="http",route="other"} 1)";
   std::string body;
-  for (int i = 0; i < 200 && body.find(other_series) == std::string::npos; ++i) {
+  // Up to 10 s: on a loaded 2-core machine 1 s was once not enough.
+  auto counted = [&] {
+    return body.find(other_series) != std::string::npos &&
+           body.find(version_series) != std::string::npos;
+  };
+  for (int i = 0; i < 2000 && !counted(); ++i) {
     if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     auto metrics = client_->Get("/metrics");
     ASSERT_TRUE(metrics);
