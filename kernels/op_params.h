@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "kernels/kv_layout.h"
 
@@ -26,6 +27,10 @@ namespace tq::kernels {
 /// packed B panels); out_features is a multiple of kF32PanelCols, so the copy
 /// has the same bytes. Only that backend reads it.
 enum class WeightDtype : uint8_t { kF32, kF16, kBF16, kInt8, kInt4, kF32Panels };
+
+/// "fp32", "fp16", "bf16", "int8", "int4", "fp32 panels": for error messages,
+/// and (panels counted as fp32) the precision label of weight memory metrics.
+std::string WeightDtypeName(WeightDtype dtype);
 
 /// Output features per panel of a kF32Panels weight.
 constexpr int32_t kF32PanelCols = 64;

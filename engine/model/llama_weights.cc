@@ -263,21 +263,9 @@ void PrepareForBackend(LinearWeight& w, kernels::Backend* backend) {
 
 }  // namespace
 
-const char* WeightPrecisionName(WeightDtype dtype) {
-  switch (dtype) {
-    case WeightDtype::kF32:
-    case WeightDtype::kF32Panels:
-      return "fp32";
-    case WeightDtype::kF16:
-      return "fp16";
-    case WeightDtype::kBF16:
-      return "bf16";
-    case WeightDtype::kInt8:
-      return "int8";
-    case WeightDtype::kInt4:
-      return "int4";
-  }
-  return "?";
+std::string WeightPrecisionName(WeightDtype dtype) {
+  // The panels are the CPU backend's layout of fp32, not another precision.
+  return kernels::WeightDtypeName(dtype == WeightDtype::kF32Panels ? WeightDtype::kF32 : dtype);
 }
 
 kernels::WeightView LinearWeight::View() const {

@@ -42,7 +42,7 @@ struct LinearWeight {
 
 /// "fp32", "fp16", "bf16", "int8", "int4": the label of
 /// tqserve_memory_weights_bytes{precision} (docs/metrics.md).
-const char* WeightPrecisionName(kernels::WeightDtype dtype);
+std::string WeightPrecisionName(kernels::WeightDtype dtype);
 
 /// One decoder layer's tensors (HF names model.layers.N.*). Norms stay fp32.
 /// Under tensor parallelism the rank's slices (TpPlan): heads, KV heads and

@@ -12,7 +12,7 @@ void Embedding(const EmbeddingParams& p, ThreadPool& pool) {
   if (p.table_dtype != WeightDtype::kF32 && p.table_dtype != WeightDtype::kF16 &&
       p.table_dtype != WeightDtype::kBF16) {
     throw std::invalid_argument("cpu Embedding: table dtype " + WeightDtypeName(p.table_dtype) +
-                                " is not supported (f32, f16 or bf16)");
+                                " is not supported (fp32, fp16 or bf16)");
   }
   for (int32_t t = 0; t < p.num_tokens; ++t) {
     if (p.ids[t] < 0 || p.ids[t] >= p.vocab) {

@@ -104,24 +104,6 @@ void DecodeInt4Group(const uint8_t* bytes, int64_t n, float scale, float zero, f
 
 }  // namespace
 
-std::string WeightDtypeName(WeightDtype dtype) {
-  switch (dtype) {
-    case WeightDtype::kF32:
-      return "f32";
-    case WeightDtype::kF16:
-      return "f16";
-    case WeightDtype::kBF16:
-      return "bf16";
-    case WeightDtype::kInt8:
-      return "int8";
-    case WeightDtype::kInt4:
-      return "int4";
-    case WeightDtype::kF32Panels:
-      return "f32 panels";
-  }
-  return "unknown(" + std::to_string(static_cast<int>(dtype)) + ")";
-}
-
 void ValidateWeightView(const WeightView& w, const char* op) {
   const std::string where = std::string(op) + ": " + WeightDtypeName(w.dtype) + " weight ";
   if (w.out_features <= 0 || w.in_features <= 0) {

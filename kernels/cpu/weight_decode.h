@@ -23,7 +23,4 @@ void ValidateWeightView(const WeightView& w, const char* op);
 /// w must have passed ValidateWeightView; dst holds in_features floats.
 void DecodeWeightRow(const WeightView& w, int64_t o, float* dst);
 
-/// Name of a dtype for error messages ("f16", "int4", ...).
-std::string WeightDtypeName(WeightDtype dtype);
-
 }  // namespace tq::kernels::cpu

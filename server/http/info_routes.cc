@@ -85,8 +85,11 @@ void HandleLivez(ServerState& state, const httplib::Request&, httplib::Response&
   // loop has died, the one state a restart fixes. Loading, draining and being
   // busy are alive: /health (readiness) covers those without a restart.
   const EngineClient* engine = state.engine();
-  const bool dead =
-      engine != nullptr && !engine->Stats().alive && !engine->Stats().draining && !state.draining();
+  bool dead = false;
+  if (engine != nullptr && !state.draining()) {
+    const EngineStats stats = engine->Stats();  // one snapshot (a lock and a copy)
+    dead = !stats.alive && !stats.draining;
+  }
   SendJson(res, {{"status", dead ? "dead" : "alive"}}, dead ? 503 : 200);
 }
 

@@ -92,8 +92,7 @@ struct TestWeight {
 };
 
 std::string Describe(const TestWeight& w) {
-  static const char* names[] = {"f32", "f16", "bf16", "int8", "int4"};
-  return std::string(names[static_cast<int>(w.dtype)]) + (w.symmetric ? " sym" : " asym") + " [" +
+  return WeightDtypeName(w.dtype) + (w.symmetric ? " sym" : " asym") + " [" +
          std::to_string(w.out) + "x" + std::to_string(w.in) + "] g" + std::to_string(w.group_size);
 }
 

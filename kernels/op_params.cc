@@ -1,0 +1,23 @@
+#include "kernels/op_params.h"
+
+namespace tq::kernels {
+
+std::string WeightDtypeName(WeightDtype dtype) {
+  switch (dtype) {
+    case WeightDtype::kF32:
+      return "fp32";
+    case WeightDtype::kF16:
+      return "fp16";
+    case WeightDtype::kBF16:
+      return "bf16";
+    case WeightDtype::kInt8:
+      return "int8";
+    case WeightDtype::kInt4:
+      return "int4";
+    case WeightDtype::kF32Panels:
+      return "fp32 panels";
+  }
+  return "unknown(" + std::to_string(static_cast<int>(dtype)) + ")";
+}
+
+}  // namespace tq::kernels
