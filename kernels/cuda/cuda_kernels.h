@@ -68,4 +68,8 @@ AttentionPlan PlanAttention(const PagedAttentionParams& p, int32_t num_sms);
 void LaunchPagedAttention(const PagedAttentionParams& p, const DeviceTqCodec* tq,
                           const AttentionPlan& plan, float* workspace, cudaStream_t stream);
 
+/// LogitsTopK (op_params.h), one block per row; k <= kMaxLogitsTopK. Same
+/// ids and values as the CPU reference; the sums differ by summation order.
+void LaunchLogitsTopK(const LogitsTopKParams& p, cudaStream_t stream);
+
 }  // namespace tq::kernels::cuda
