@@ -225,6 +225,7 @@ void LlamaModel::Attention(int32_t layer, const ForwardBatch& batch, PagedKvCach
   p.out = attn_.as<float>();
   p.token_seq = token_seq_.as<int32_t>();
   p.token_pos = positions_.as<int32_t>();
+  p.host_token_seq = batch.token_seq.data();  // lets CUDA tile prefill chunks
   p.block_tables = block_tables_.as<int32_t>();
   p.num_tokens = n;
   p.num_heads = plan_.num_heads;
