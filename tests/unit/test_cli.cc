@@ -204,6 +204,16 @@ TEST_F(CliTest, GenerateRejectsBeforeEchoingThePrompt) {
   }
 }
 
+// A bad --quantization-config or --tensor-parallel-size fails serve with one
+// line before it starts listening (it used to print "listening on" first).
+TEST_F(CliTest, ServeRejectsBadModelFlagsBeforeListening) {
+  { std::ofstream(dir_ / "q.json") << R"({"bits": 4, "group_size": 5})"; }
+  RunResult r = Run("serve --port 0 --quantization-config '" + (dir_ / "q.json").string() + "'");
+  ExpectOneLineError(r, {"q.json", "group_size 5 does not divide"});
+  r = Run("serve --port 0 --tensor-parallel-size 3");
+  ExpectOneLineError(r, {"tensor-parallel-size"});
+}
+
 TEST_F(CliTest, UsageErrorsExitTwoAndRepeatedFlagsTakeTheLast) {
   EXPECT_EQ(Run("generate --max-tokens abc").exit_code, 2);
   EXPECT_EQ(Run("no-such-command").exit_code, 2);
