@@ -302,4 +302,10 @@ void LlamaModel::Mlp(int32_t layer, int32_t n) {
   AllReduceHidden(n);
 }
 
+std::string WeightsSummary(const LlamaModel& model) {
+  const std::string summary = model.weights().MemorySummary();
+  const int world = model.tp_plan().world_size;
+  return world > 1 ? "rank 0 of " + std::to_string(world) + ": " + summary : summary;
+}
+
 }  // namespace tq

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/kv/kv_cache.h"
@@ -152,5 +153,9 @@ class LlamaModel {
   kernels::BackendBuffer last_hidden_, logits_, gathered_logits_;
   std::vector<float> gathered_host_;  // TP rank 0: the all-gathered logit shards
 };
+
+/// The weights' MemorySummary() for the log; under tensor parallelism it is
+/// rank 0's shard and says so ("rank 0 of 2: weights ...").
+std::string WeightsSummary(const LlamaModel& model);
 
 }  // namespace tq
