@@ -232,7 +232,9 @@ __device__ __forceinline__ void StoreHeadRow(const AttnArgs& a, const KeyRebuild
     }
     return;
   }
-  const float inv = 1.0f / l;
+  // A padding row (token_pos < 0, CUDA-graph decode buckets) attended to
+  // nothing: zeros, not 0/0.
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
 #pragma unroll
   for (int r = 0; r < VPL; ++r) o[r] *= inv;
   if (IsTq(a.pool.dtype)) {

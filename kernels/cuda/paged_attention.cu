@@ -143,7 +143,7 @@ __global__ void MergeSplitsKernel(AttnArgs a) {
       if (lane + 32 * r < d) o[r] += p[2 + lane + 32 * r] * f;
     }
   }
-  const float inv = 1.0f / sum;
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // 0: a padding row
 #pragma unroll
   for (int r = 0; r < VPL; ++r) o[r] *= inv;
   if (IsTq(a.pool.dtype)) {
