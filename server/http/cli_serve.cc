@@ -238,8 +238,11 @@ void RunServe(ServeArgs& args) {
     for (const RankMemory& r : engine->info().ranks) {
       size_t weights = 0;
       for (const auto& [precision, bytes] : r.weight_bytes) weights += bytes;
-      spdlog::info("rank {}/{}: weights {} bytes, KV pool {} bytes, {} tokens", r.rank,
-                   engine->info().ranks.size(), weights, r.kv_cache_bytes, r.kv_capacity_tokens);
+      const std::string device =
+          r.cuda_device >= 0 ? "cuda:" + std::to_string(r.cuda_device) : "cpu";
+      spdlog::info("rank {}/{} on {}: weights {} bytes, KV pool {} bytes, {} tokens", r.rank,
+                   engine->info().ranks.size(), device, weights, r.kv_cache_bytes,
+                   r.kv_capacity_tokens);
     }
   } catch (...) {
     server.Stop();
