@@ -163,13 +163,20 @@ void LlamaModel::ForwardRank(const ForwardBatch& batch, PagedKvCache& cache,
     Mlp(layer, n);
   }
 
-  // Final norm and lm_head only for the rows whose logits are wanted.
+  // Final norm and lm_head only for the rows whose logits are wanted; one
+  // RmsNorm per run of consecutive indices (a decode batch is one run), not
+  // one launch per row.
   float* last = last_hidden_.as<float>();
-  for (int32_t i = 0; i < num_logits; ++i) {
+  for (int32_t i = 0; i < num_logits;) {
+    int32_t run = 1;
+    while (i + run < num_logits && batch.logit_indices[i + run] == batch.logit_indices[i] + run) {
+      ++run;
+    }
     backend_->RmsNorm(
         {hidden_.as<float>() + static_cast<size_t>(batch.logit_indices[i]) * c.hidden_size,
-         weights_.norm.as<float>(), last + static_cast<size_t>(i) * c.hidden_size, 1, c.hidden_size,
-         static_cast<float>(c.rms_norm_eps)});
+         weights_.norm.as<float>(), last + static_cast<size_t>(i) * c.hidden_size, run,
+         c.hidden_size, static_cast<float>(c.rms_norm_eps)});
+    i += run;
   }
   const int32_t shard = plan_.vocab_shard;
   backend_->MatMul({last, weights_.LmHeadView(shard), logits_.as<float>(), num_logits, false});
@@ -264,6 +271,12 @@ void LlamaModel::Mlp(int32_t layer, int32_t n) {
   backend_->MatMul(
       {gate_.as<float>(), w.down_proj.View(), hidden_.as<float>(), n, plan_.rank == 0});
   AllReduceHidden(n);
+}
+
+std::string WeightsSummary(const LlamaModel& model) {
+  const std::string summary = model.weights().MemorySummary();
+  const int world = model.tp_plan().world_size;
+  return world > 1 ? "rank 0 of " + std::to_string(world) + ": " + summary : summary;
 }
 
 }  // namespace tq

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "engine/kv/kv_cache.h"
@@ -114,5 +115,9 @@ class LlamaModel {
   kernels::BackendBuffer last_hidden_, logits_, gathered_logits_;
   std::vector<float> gathered_host_;  // TP rank 0: the all-gathered logit shards
 };
+
+/// The weights' MemorySummary() for the log; under tensor parallelism it is
+/// rank 0's shard and says so ("rank 0 of 2: weights ...").
+std::string WeightsSummary(const LlamaModel& model);
 
 }  // namespace tq

@@ -13,6 +13,7 @@
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cpu/weight_decode.h"
 #include "kernels/half.h"
+#include "kernels/op_checks.h"
 
 namespace tq::kernels {
 namespace {
@@ -70,7 +71,7 @@ class CpuBackend final : public Backend {
   }
 
   void MatMul(const MatMulParams& p) override {
-    cpu::ValidateWeightView(p.w, "cpu MatMul");
+    CheckWeightView("cpu", "MatMul", p.w);
     switch (p.w.dtype) {
       case WeightDtype::kF32:
         return cpu::MatMul(p, pool_);

@@ -18,6 +18,7 @@
 #include "engine/common/error.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/parallel/tp_plan.h"
+#include "engine/quant/quant_config.h"
 #include "engine/runtime/engine_client.h"
 #include "engine/runtime/generator.h"
 #include "server/cli_commands.h"
@@ -191,6 +192,12 @@ void RunServe(ServeArgs& args) {
 
   args.engine.kv_cache_dtype = ParseKvDtypeFlag(args.kv_cache_dtype);
   const ModelFiles files = LoadModelFiles(args.engine.model_dir);  // fail fast on a bad directory
+  // Flag mistakes that need no weights fail here, as one line before the port
+  // opens; the load itself runs after listening so that /livez answers during it.
+  MakeTpPlan(files.config, 0, args.engine.tensor_parallel_size);
+  if (!args.engine.quantization_config.empty()) {
+    quant::PlanFormats(quant::QuantConfig::Load(args.engine.quantization_config), files.config);
+  }
   if (args.http.served_model_name.empty()) {
     // The directory's own name also for "models/stories260K/", "." or "x/..".
     std::filesystem::path dir = std::filesystem::absolute(args.engine.model_dir).lexically_normal();
