@@ -415,6 +415,18 @@ LoadedModel LoadModel(const EngineOptions& options) {
     throw Error("cannot allocate " + std::to_string(bytes_per_block * layout.num_blocks) +
                 " bytes for the KV cache; lower --kv-cache-memory");
   }
+  if (options.cuda_graphs) {
+    if (m.backend->Name() == "cuda" && world == 1) {
+      // Decode batches up to vLLM's default capture limit; every graph reads
+      // block tables as wide as one max_model_len sequence needs.
+      constexpr int32_t kMaxGraphBatch = 256;
+      m.model->EnableDecodeGraphs(std::min(options.max_num_seqs, kMaxGraphBatch),
+                                  blocks_for_one_seq);
+    } else {
+      m.device_note += std::string(m.device_note.empty() ? "" : "; ") +
+                       "--cuda-graphs: ignored (needs --device cuda and one rank)";
+    }
+  }
   return m;
 }
 

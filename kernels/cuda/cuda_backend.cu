@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <initializer_list>
 #include <new>
@@ -40,6 +41,22 @@ std::vector<float> Snapshot(std::initializer_list<std::pair<const float*, size_t
   return s;
 }
 
+class CudaBackend;
+
+// A captured and instantiated CUDA graph of one CudaBackend's stream.
+class CudaGraph final : public BackendGraph {
+ public:
+  CudaGraph(CudaBackend* backend, cudaGraphExec_t exec, uint64_t epoch)
+      : backend_(backend), exec_(exec), epoch_(epoch) {}
+  ~CudaGraph() override { cudaGraphExecDestroy(exec_); }
+  bool Launch() override;
+
+ private:
+  CudaBackend* backend_;
+  cudaGraphExec_t exec_;
+  uint64_t epoch_;  // the backend's memory epoch at capture
+};
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device) {
@@ -49,6 +66,15 @@ class CudaBackend final : public Backend {
     TQ_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
     TQ_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));  // fp32: no TF32
     TQ_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device_));
+    // A workspace of our own, so that cuBLAS never allocates inside a graph
+    // capture (cuBLAS docs, "CUDA Graphs support"); the size is cuBLAS's own
+    // default (32 MiB on Hopper, 4 MiB before), so eager GEMMs choose the same
+    // algorithms as without it.
+    int major = 0;
+    TQ_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
+    const size_t cublas_bytes = (major >= 9 ? 32u : 4u) << 20;
+    TQ_CUDA_CHECK(cudaMalloc(&cublas_workspace_, cublas_bytes));
+    TQ_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, cublas_bytes));
   }
   ~CudaBackend() override {
     cudaSetDevice(device_);
@@ -57,6 +83,7 @@ class CudaBackend final : public Backend {
     for (auto& [key, m] : rope_mirrors_) cudaFree(m.memory);
     if (gemm_workspace_) cudaFree(gemm_workspace_);
     if (attn_workspace_) cudaFree(attn_workspace_);
+    if (cublas_workspace_) cudaFree(cublas_workspace_);
     cublasDestroy(cublas_);
     cudaStreamDestroy(stream_);
   }
@@ -66,6 +93,7 @@ class CudaBackend final : public Backend {
   int device() const { return device_; }
 
   void* Allocate(size_t bytes) override {
+    NotCapturing("Allocate");
     Select();
     void* ptr = nullptr;
     if (cudaMalloc(&ptr, bytes ? bytes : 1) != cudaSuccess) {
@@ -78,18 +106,21 @@ class CudaBackend final : public Backend {
   }
   void Free(void* ptr) override {
     if (!ptr) return;
+    NotCapturing("Free");
     Select();
     cudaStreamSynchronize(stream_);  // queued kernels may still read it
     cudaFree(ptr);
   }
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
+    NotCapturing("CopyToDevice");
     Select();
     TQ_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
     TQ_CUDA_CHECK(cudaStreamSynchronize(stream_));  // src may be freed on return
   }
   void CopyToHost(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
+    NotCapturing("CopyToHost");
     Select();
     TQ_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
     TQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -125,6 +156,10 @@ class CudaBackend final : public Backend {
   }
   void PagedAttention(const PagedAttentionParams& p) override;
   void QuantMatMul(const MatMulParams& p);
+  std::unique_ptr<BackendGraph> CaptureGraph(const std::function<void()>& record) override;
+
+  /// Bumped whenever memory that a captured graph may point at is freed.
+  uint64_t epoch() const { return epoch_; }
 
  private:
   struct Mirror {
@@ -133,7 +168,21 @@ class CudaBackend final : public Backend {
     DeviceTqCodec codec;
   };
 
-  void Select() const { TQ_CUDA_CHECK(cudaSetDevice(device_)); }
+  // cudaSetDevice only when needed: it is one more driver call per op, and
+  // during a capture every call should be one the capture allows.
+  void Select() const {
+    int current = -1;
+    TQ_CUDA_CHECK(cudaGetDevice(&current));
+    if (current != device_) TQ_CUDA_CHECK(cudaSetDevice(device_));
+  }
+
+  void NotCapturing(const char* what) const {
+    if (capturing_) {
+      throw std::logic_error(std::string("cuda ") + what +
+                             " during a graph capture (synchronizes or allocates); run the "
+                             "captured ops once eagerly before capturing");
+    }
+  }
 
   void CheckKvLimits(std::string_view op, const KvLayerView& cache) const {
     const KvLayout& l = cache.layout;
@@ -157,11 +206,13 @@ class CudaBackend final : public Backend {
   // Grows a device scratch buffer (contents not kept).
   void* Scratch(void** buffer, size_t* capacity, size_t bytes) {
     if (bytes > *capacity) {
+      NotCapturing("scratch buffer growth");
       if (*buffer) {
         TQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
         TQ_CUDA_CHECK(cudaFree(*buffer));
         *buffer = nullptr;
         *capacity = 0;
+        ++epoch_;
       }
       TQ_CUDA_CHECK(cudaMalloc(buffer, bytes));
       *capacity = bytes;
@@ -210,10 +261,12 @@ class CudaBackend final : public Backend {
         Snapshot({parts[0], parts[1], parts[2], parts[3], parts[4], parts[5], parts[6]});
     auto it = tq_mirrors_.find(&c);
     if (it == tq_mirrors_.end() || it->second.snapshot != snap) {
+      NotCapturing("tq codec upload");
       if (it != tq_mirrors_.end()) {
         TQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
         cudaFree(it->second.memory);
         tq_mirrors_.erase(it);
+        ++epoch_;
       }
       size_t total = 0;
       for (const auto& part : parts) total += part.second;
@@ -244,10 +297,12 @@ class CudaBackend final : public Backend {
     rope_snap.push_back(static_cast<float>(rows));
     auto rit = rope_mirrors_.find(c.rope_cos);
     if (rit == rope_mirrors_.end() || rit->second.snapshot != rope_snap) {
+      NotCapturing("RoPE table upload");
       if (rit != rope_mirrors_.end()) {
         TQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
         cudaFree(rit->second.memory);
         rope_mirrors_.erase(rit);
+        ++epoch_;
       }
       Mirror m;
       std::vector<const float*> ptrs;
@@ -274,6 +329,9 @@ class CudaBackend final : public Backend {
   size_t gemm_workspace_bytes_ = 0;
   void* attn_workspace_ = nullptr;
   size_t attn_workspace_bytes_ = 0;
+  void* cublas_workspace_ = nullptr;
+  bool capturing_ = false;
+  uint64_t epoch_ = 0;
   std::unordered_map<const TqLayerCodec*, Mirror> tq_mirrors_;
   std::unordered_map<const float*, Mirror> rope_mirrors_;
 };
@@ -356,6 +414,40 @@ void CudaBackend::PagedAttention(const PagedAttentionParams& p) {
         Scratch(&attn_workspace_, &attn_workspace_bytes_, plan.WorkspaceFloats(p) * sizeof(float)));
   }
   cuda::LaunchPagedAttention(p, tq, plan, workspace, stream_);
+}
+
+// Stream capture in thread-local mode: only this thread's unsafe calls
+// (synchronization, allocation) invalidate it, so a metrics thread calling
+// cudaMemGetInfo meanwhile does not (CUDA Programming Guide, "CUDA Graphs").
+std::unique_ptr<BackendGraph> CudaBackend::CaptureGraph(const std::function<void()>& record) {
+  NotCapturing("CaptureGraph");
+  Select();
+  TQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const uint64_t epoch = epoch_;
+  TQ_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  capturing_ = true;
+  cudaGraph_t graph = nullptr;
+  try {
+    record();
+  } catch (...) {
+    capturing_ = false;
+    if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    throw;
+  }
+  capturing_ = false;
+  TQ_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  TQ_CUDA_CHECK(err);
+  return std::make_unique<CudaGraph>(this, exec, epoch);
+}
+
+bool CudaGraph::Launch() {
+  if (backend_->epoch() != epoch_) return false;
+  TQ_CUDA_CHECK(cudaGraphLaunch(exec_, backend_->stream()));
+  return true;
 }
 
 }  // namespace

@@ -255,7 +255,8 @@ __global__ void __launch_bounds__(kWarps * 32) PagedAttentionKernel(AttnArgs a) 
       }
       continue;
     }
-    const float inv = 1.0f / sum;
+    // A padding row (token_pos < 0) attended to nothing: zeros, not 0/0.
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
 #pragma unroll
     for (int r = 0; r < VPL; ++r) o[r] *= inv;
     if (tq) {  // Rᵀ once per output: H then signs/√d
@@ -293,7 +294,7 @@ __global__ void MergeSplitsKernel(AttnArgs a) {
       if (lane + 32 * r < d) o[r] += p[2 + lane + 32 * r] * f;
     }
   }
-  const float inv = 1.0f / sum;
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // 0: a padding row
 #pragma unroll
   for (int r = 0; r < VPL; ++r) o[r] *= inv;
   if (IsTq(a.pool.dtype)) {

@@ -48,7 +48,7 @@ if ! cmake -S . -B build-device "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DTQ_CUDA
   tail -30 "$out/configure.log"; exit 1
 fi
 log "configured"
-targets=(tq_test_cuda tq_bench_cuda)
+targets=(tq_test_cuda tq_bench_cuda tq_bench_cuda_graphs)
 # tq_test_nccl exists when CMake found nccl.h and libnccl next to CUDA.
 grep -q "tq_test_nccl" build-device/build.ninja build-device/Makefile 2>/dev/null && targets+=(tq_test_nccl)
 if ! cmake --build build-device -j"$(nproc)" --target "${targets[@]}" > "$out/build.log" 2>&1; then
@@ -71,6 +71,9 @@ log "tests rc=$tests_rc"
 if [[ $bench == 1 ]]; then
   timeout 240 build-device/bin/tq_bench_cuda $quick > "$out/bench.txt" 2>&1
   log "bench rc=$?"
+  # Decode step with and without CUDA graphs (docs/cuda.md "CUDA graphs").
+  timeout 120 build-device/bin/tq_bench_cuda_graphs >> "$out/bench.txt" 2>&1
+  log "graphs bench rc=$?"
   cat "$out/bench.txt"
 fi
 
