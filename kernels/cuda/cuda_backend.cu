@@ -91,6 +91,7 @@ class CudaBackend final : public Backend {
 
   std::string_view Name() const override { return kName; }
   cudaStream_t stream() const { return stream_; }
+  int device() const { return device_; }
 
   void* Allocate(size_t bytes) override {
     NotCapturing("Allocate");
@@ -484,6 +485,11 @@ std::unique_ptr<Backend> CreateCudaBackend(int device) {
 void* CudaBackendStream(Backend& backend) {
   auto* cuda = dynamic_cast<CudaBackend*>(&backend);
   return cuda ? static_cast<void*>(cuda->stream()) : nullptr;
+}
+
+int CudaBackendDevice(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  return cuda ? cuda->device() : -1;
 }
 
 }  // namespace tq::kernels
