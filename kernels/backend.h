@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string_view>
 
@@ -12,6 +13,19 @@
 namespace tq::kernels {
 
 class BackendBuffer;
+
+/// A recorded sequence of a backend's ops (a CUDA graph), replayed with the
+/// same pointers and sizes it was captured with; the caller rewrites the
+/// memory those pointers name (inputs) before each Launch.
+class BackendGraph {
+ public:
+  virtual ~BackendGraph() = default;
+  /// Enqueues one replay; ops stay synchronous from the caller's view as
+  /// before (the next copy to the host waits for it). Returns false, and runs
+  /// nothing, when the backend has since reallocated memory the graph uses
+  /// (a grown scratch buffer, a re-uploaded codec): capture again.
+  virtual bool Launch() = 0;
+};
 
 /// A compute backend. Thread ownership: one backend instance is driven by one
 /// thread at a time (the engine thread); ops are synchronous from the caller's
@@ -52,6 +66,18 @@ class Backend {
   /// copies the rows to the host and runs the CPU reference (for backends
   /// whose memory is the host's or that have no kernel for it).
   virtual void LogitsTopK(const LogitsTopKParams& p);
+
+  /// Records the ops `record` issues into a graph instead of running them
+  /// (CUDA stream capture); nullptr when the backend has no graphs (the CPU).
+  /// While recording, an op that would synchronize, copy from the host or
+  /// allocate (Allocate, Free, Copy*, a scratch buffer that must grow, a tq
+  /// codec seen for the first time) throws std::logic_error: run the same
+  /// ops once eagerly first (docs/cuda.md "CUDA graphs"). An exception from
+  /// `record` ends the capture and propagates.
+  virtual std::unique_ptr<BackendGraph> CaptureGraph(const std::function<void()>& record) {
+    (void)record;
+    return nullptr;
+  }
 };
 
 /// Owns one Allocate()d region and frees it on destruction.

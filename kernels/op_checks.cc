@@ -23,9 +23,6 @@ void Present(std::string_view backend, std::string_view op, const char* field, c
 bool Dense(WeightDtype d) {
   return d == WeightDtype::kF32 || d == WeightDtype::kF16 || d == WeightDtype::kBF16;
 }
-bool Quantized(WeightDtype d) {
-  return d == WeightDtype::kInt8 || d == WeightDtype::kInt4;
-}
 
 }  // namespace
 
@@ -52,24 +49,49 @@ void CheckRmsNorm(std::string_view backend, const RmsNormParams& p) {
   Present(backend, op, "out", p.out);
 }
 
+void CheckWeightView(std::string_view backend, std::string_view op, const WeightView& w) {
+  const std::string where = std::string(backend) + " " + std::string(op) + ": " +
+                            std::string(WeightDtypeName(w.dtype)) + " weight ";
+  if (w.out_features <= 0 || w.in_features <= 0) {
+    throw std::invalid_argument(where + "has shape [" + std::to_string(w.out_features) + ", " +
+                                std::to_string(w.in_features) + "]; both must be positive");
+  }
+  if (w.data == nullptr) throw std::invalid_argument(where + "has no data");
+  switch (w.dtype) {
+    case WeightDtype::kF32:
+    case WeightDtype::kF16:
+    case WeightDtype::kBF16:
+      return;
+    case WeightDtype::kF32Panels:
+      if (w.out_features % kF32PanelCols != 0) {
+        throw std::invalid_argument(where + "has " + std::to_string(w.out_features) +
+                                    " output features, not whole panels of " +
+                                    std::to_string(kF32PanelCols));
+      }
+      return;
+    case WeightDtype::kInt8:
+    case WeightDtype::kInt4:
+      break;
+    default:
+      throw std::invalid_argument(where + "has an unknown dtype");
+  }
+  if (w.scales == nullptr) throw std::invalid_argument(where + "has no scales");
+  if (w.group_size <= 0 || w.in_features % w.group_size != 0) {
+    throw std::invalid_argument(where + "group_size " + std::to_string(w.group_size) +
+                                " does not divide in_features " + std::to_string(w.in_features));
+  }
+  if (w.dtype == WeightDtype::kInt4 && w.group_size % 2 != 0) {
+    throw std::invalid_argument(where + "group_size " + std::to_string(w.group_size) +
+                                " is odd (two codes per byte)");
+  }
+}
+
 void CheckMatMul(std::string_view backend, const MatMulParams& p) {
   constexpr std::string_view op = "MatMul";
   NonNegative(backend, op, "rows", p.rows);
-  Positive(backend, op, "w.out_features", p.w.out_features);
-  Positive(backend, op, "w.in_features", p.w.in_features);
-  if (Quantized(p.w.dtype)) {
-    Positive(backend, op, "w.group_size", p.w.group_size);
-    if (p.w.in_features % p.w.group_size != 0) {
-      Fail(backend, op, "w.group_size does not divide w.in_features");
-    }
-    if (p.w.dtype == WeightDtype::kInt4 && p.w.group_size % 2 != 0) {
-      Fail(backend, op, "w.group_size must be even for int4");
-    }
-    Present(backend, op, "w.scales", p.w.scales);
-  }
+  CheckWeightView(backend, op, p.w);
   if (p.rows == 0) return;
   Present(backend, op, "x", p.x);
-  Present(backend, op, "w.data", p.w.data);
   Present(backend, op, "out", p.out);
 }
 

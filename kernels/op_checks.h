@@ -13,6 +13,11 @@ namespace tq::kernels {
 
 void CheckEmbedding(std::string_view backend, const EmbeddingParams& p);
 void CheckRmsNorm(std::string_view backend, const RmsNormParams& p);
+/// A linear weight of any WeightDtype: positive shape, data, and for int8/int4
+/// scales and a group_size dividing in_features (even for int4); kF32Panels
+/// needs whole panels. Used by every backend's MatMul (the CPU one included:
+/// its kernels index by these fields without further checks).
+void CheckWeightView(std::string_view backend, std::string_view op, const WeightView& w);
 void CheckMatMul(std::string_view backend, const MatMulParams& p);
 void CheckRope(std::string_view backend, const RopeParams& p);
 void CheckSiluMul(std::string_view backend, const SiluMulParams& p);

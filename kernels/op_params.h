@@ -119,17 +119,23 @@ struct KvWriteParams {
 /// sequence s = token_seq[t] attends to positions [0, token_pos[t]] of s, read
 /// through s's block table. Query head h uses KV head h / (num_heads / num_kv_heads).
 /// The token's own K/V must already be written (KvWrite before attention).
+/// token_pos[t] < 0 marks a padding row (CUDA graph batch buckets): it reads
+/// no KV and no block table entry, and its output is zeros.
 struct PagedAttentionParams {
   const float* q = nullptr;               // [num_tokens, num_heads, head_dim], RoPE applied
   float* out = nullptr;                   // [num_tokens, num_heads, head_dim]
   const int32_t* token_seq = nullptr;     // [num_tokens], index into block_tables rows
-  const int32_t* token_pos = nullptr;     // [num_tokens], absolute position in its sequence
+  const int32_t* token_pos = nullptr;     // [num_tokens], absolute position; < 0: padding
   const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq] block ids
   int32_t num_tokens = 0;
   int32_t num_heads = 0;
   int32_t max_blocks_per_seq = 0;
   float scale = 1.0f;  // softmax scale, usually 1/sqrt(head_dim)
   KvLayerView cache;
+  // Optional host copy of token_seq (same contents), for backends that plan
+  // launches by the batch layout (CUDA: runs of one sequence's tokens go to
+  // the query-tiled prefill kernel). Null: layout unknown; results are the same.
+  const int32_t* host_token_seq = nullptr;
 };
 
 /// Largest k of a LogitsTopK call (the CUDA kernel sorts the candidates of a

@@ -85,7 +85,7 @@ void RunEval(EvalArgs& args) {
   if (!generator.device_note().empty()) {
     std::fprintf(stderr, "[tqserve] %s\n", generator.device_note().c_str());
   }
-  std::printf("%s\n", generator.model().weights().MemorySummary().c_str());
+  std::printf("%s\n", WeightsSummary(generator.model()).c_str());
   std::printf("%s\n", DescribeKvCache(generator).c_str());
   std::printf("time %.3f s (load %.3f s; %d windows; %.0f scored tokens/s)\n", eval_s,
               Seconds(start - load_start).count(), r.num_windows,

@@ -45,7 +45,7 @@ void RunGenerate(GenerateArgs& args) {
     if (!generator.device_note().empty()) {
       std::fprintf(stderr, "[tqserve] %s\n", generator.device_note().c_str());
     }
-    std::fprintf(stderr, "[tqserve] %s\n", generator.model().weights().MemorySummary().c_str());
+    std::fprintf(stderr, "[tqserve] %s\n", WeightsSummary(generator.model()).c_str());
     std::fprintf(stderr, "[tqserve] %s\n", DescribeKvCache(generator).c_str());
   }
   IncrementalDetokenizer detok(&tokenizer, prompt);

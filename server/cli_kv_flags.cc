@@ -24,6 +24,9 @@ void AddKvCacheFlags(CLI::App* cmd, EngineOptions* engine, std::string* kv_cache
                   "(sizes the pool when --kv-cache-memory is 0)")
       ->check(CLI::Range(0.01, 1.0))
       ->capture_default_str();
+  cmd->add_flag("--cuda-graphs", engine->cuda_graphs,
+                "CUDA: run decode steps from CUDA graphs captured per padded batch size "
+                "(off by default until measured; docs/cuda.md)");
   cmd->add_option("--kv-cache-dtype", *kv_cache_dtype,
                   "KV cache format: fp32, fp16, bf16, int8, int4, tq3, tq4")
       ->capture_default_str();

@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/model/decode_graphs.h"
 #include "engine/parallel/communicator.h"
 #include "engine/parallel/rank_executor.h"
 
@@ -45,8 +46,9 @@ LlamaModel::LlamaModel(const ModelConfig& config, LlamaWeights weights, kernels:
     : config_(config),
       weights_(std::move(weights)),
       backend_(backend),
-      plan_(plan.world_size > 1 ? plan : MakeTpPlan(config, 0, 1)) {
-  if (plan_.world_size > 1 &&
+      plan_(plan.world_size > 1 || plan.comm ? plan : MakeTpPlan(config, 0, 1)) {
+  // A communicator at world_size 1 is kept (TP=1 through NCCL in tests).
+  if ((plan_.world_size > 1 || plan_.comm) &&
       (plan_.comm == nullptr || plan_.comm->world_size() != plan_.world_size ||
        plan_.comm->rank() != plan_.rank)) {
     throw std::invalid_argument("LlamaModel: a tensor-parallel plan needs its rank's communicator");
@@ -54,6 +56,16 @@ LlamaModel::LlamaModel(const ModelConfig& config, LlamaWeights weights, kernels:
   const std::vector<float> inv_freq = config_.RopeInvFreq();
   inv_freq_ = kernels::BackendBuffer(backend_, inv_freq.size() * sizeof(float));
   backend_->CopyToDevice(inv_freq_.data(), inv_freq.data(), inv_freq.size() * sizeof(float));
+}
+
+LlamaModel::~LlamaModel() = default;
+
+void LlamaModel::EnableDecodeGraphs(int32_t max_batch, int32_t max_blocks_per_seq,
+                                    bool eager_fallback) {
+  graphs_.reset();
+  if (max_batch <= 0) return;
+  graphs_ =
+      std::make_unique<DecodeGraphRunner>(backend_, max_batch, max_blocks_per_seq, eager_fallback);
 }
 
 void LlamaModel::SetTensorParallelPeers(std::vector<LlamaModel*> peers, RankExecutor* executor) {
@@ -90,13 +102,15 @@ void LlamaModel::EnsureWorkspace(int32_t num_tokens, int32_t num_logits) {
     gate_ = alloc(n * p.intermediate);
     up_ = alloc(n * p.intermediate);
     capacity_tokens_ = num_tokens;
+    ++workspace_epoch_;
   }
   if (num_logits > capacity_logits_) {
     last_hidden_ = kernels::BackendBuffer(backend_, size_t{4} * num_logits * c.hidden_size);
     const size_t shard = size_t{4} * num_logits * p.vocab_shard;
     logits_ = kernels::BackendBuffer(backend_, shard);
-    if (p.world_size > 1) gathered_logits_ = kernels::BackendBuffer(backend_, shard * p.world_size);
+    if (p.comm) gathered_logits_ = kernels::BackendBuffer(backend_, shard * p.world_size);
     capacity_logits_ = num_logits;
+    ++workspace_epoch_;
   }
 }
 
@@ -114,6 +128,10 @@ void LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& cache,
     logits->assign(batch.logit_indices.size() * static_cast<size_t>(config_.vocab_size), 0.0f);
   }
   if (batch.num_tokens() == 0) return;
+  if (graphs_ && plan_.comm == nullptr && !key_observer_ && !activation_observer_ &&
+      graphs_->TryForward(*this, batch, cache, logits)) {
+    return;
+  }
   if (executor_ == nullptr) {
     ForwardRank(batch, cache, logits);
     return;
@@ -128,7 +146,7 @@ void LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& cache,
 }
 
 void LlamaModel::AllReduceHidden(int32_t num_tokens) {
-  if (plan_.world_size == 1) return;
+  if (!plan_.comm) return;
   plan_.comm->AllReduceSum(hidden_.data(), static_cast<size_t>(num_tokens) * config_.hidden_size,
                            CommDtype::kF32);
 }
@@ -152,29 +170,18 @@ void LlamaModel::ForwardRank(const ForwardBatch& batch, PagedKvCache& cache,
     block_tables_ = kernels::BackendBuffer(backend_, table_bytes);
   backend_->CopyToDevice(block_tables_.data(), batch.block_tables.data(), table_bytes);
 
-  backend_->Embedding({ids_.as<int32_t>(), weights_.embed_tokens.data.data(), hidden_.as<float>(),
-                       n, c.vocab_size, c.hidden_size, weights_.embed_tokens.dtype});
-  for (int32_t layer = 0; layer < c.num_hidden_layers; ++layer) {
-    const LlamaLayerWeights& w = weights_.layers[layer];
-    backend_->RmsNorm({hidden_.as<float>(), w.input_layernorm.as<float>(), normed_.as<float>(), n,
-                       c.hidden_size, static_cast<float>(c.rms_norm_eps)});
-    Attention(layer, batch, cache);
-    backend_->RmsNorm({hidden_.as<float>(), w.post_attention_layernorm.as<float>(),
-                       normed_.as<float>(), n, c.hidden_size, static_cast<float>(c.rms_norm_eps)});
-    Mlp(layer, n);
-  }
-
-  // Final norm and lm_head only for the rows whose logits are wanted.
-  float* last = last_hidden_.as<float>();
-  for (int32_t i = 0; i < num_logits; ++i) {
-    backend_->RmsNorm(
-        {hidden_.as<float>() + static_cast<size_t>(batch.logit_indices[i]) * c.hidden_size,
-         weights_.norm.as<float>(), last + static_cast<size_t>(i) * c.hidden_size, 1, c.hidden_size,
-         static_cast<float>(c.rms_norm_eps)});
-  }
+  StepInputs in;
+  in.ids = ids_.as<int32_t>();
+  in.positions = positions_.as<int32_t>();
+  in.token_seq = token_seq_.as<int32_t>();
+  in.host_token_seq = batch.token_seq.data();
+  in.slots = slots_.as<int32_t>();
+  in.block_tables = block_tables_.as<int32_t>();
+  in.num_tokens = n;
+  in.max_blocks_per_seq = batch.max_blocks_per_seq;
+  ComputeLogits(in, batch.logit_indices, cache);
   const int32_t shard = plan_.vocab_shard;
-  backend_->MatMul({last, weights_.LmHeadView(shard), logits_.as<float>(), num_logits, false});
-  if (plan_.world_size == 1) {
+  if (!plan_.comm) {
     if (logits)
       backend_->CopyToHost(logits->data(), logits_.data(), logits->size() * sizeof(float));
     return;
@@ -196,10 +203,43 @@ void LlamaModel::ForwardRank(const ForwardBatch& batch, PagedKvCache& cache,
   }
 }
 
-void LlamaModel::Attention(int32_t layer, const ForwardBatch& batch, PagedKvCache& cache) {
+void LlamaModel::ComputeLogits(const StepInputs& in, const std::vector<int32_t>& logit_indices,
+                               PagedKvCache& cache) {
+  const ModelConfig& c = config_;
+  const int32_t n = in.num_tokens;
+  const auto num_logits = static_cast<int32_t>(logit_indices.size());
+  backend_->Embedding({in.ids, weights_.embed_tokens.data.data(), hidden_.as<float>(), n,
+                       c.vocab_size, c.hidden_size, weights_.embed_tokens.dtype});
+  for (int32_t layer = 0; layer < c.num_hidden_layers; ++layer) {
+    const LlamaLayerWeights& w = weights_.layers[layer];
+    backend_->RmsNorm({hidden_.as<float>(), w.input_layernorm.as<float>(), normed_.as<float>(), n,
+                       c.hidden_size, static_cast<float>(c.rms_norm_eps)});
+    Attention(layer, in, cache);
+    backend_->RmsNorm({hidden_.as<float>(), w.post_attention_layernorm.as<float>(),
+                       normed_.as<float>(), n, c.hidden_size, static_cast<float>(c.rms_norm_eps)});
+    Mlp(layer, n);
+  }
+
+  // Final norm and lm_head only for the rows whose logits are wanted: one
+  // RmsNorm over a contiguous run of rows (every decode step), else per row.
+  float* last = last_hidden_.as<float>();
+  int32_t i = 0;
+  while (i < num_logits) {
+    int32_t run = 1;
+    while (i + run < num_logits && logit_indices[i + run] == logit_indices[i] + run) ++run;
+    backend_->RmsNorm({hidden_.as<float>() + static_cast<size_t>(logit_indices[i]) * c.hidden_size,
+                       weights_.norm.as<float>(), last + static_cast<size_t>(i) * c.hidden_size,
+                       run, c.hidden_size, static_cast<float>(c.rms_norm_eps)});
+    i += run;
+  }
+  backend_->MatMul(
+      {last, weights_.LmHeadView(plan_.vocab_shard), logits_.as<float>(), num_logits, false});
+}
+
+void LlamaModel::Attention(int32_t layer, const StepInputs& in, PagedKvCache& cache) {
   const ModelConfig& c = config_;
   const LlamaLayerWeights& w = weights_.layers[layer];
-  const int32_t n = batch.num_tokens();
+  const int32_t n = in.num_tokens;
   const float* x = normed_.as<float>();
   if (activation_observer_)
     activation_observer_(layer, LinearInput::kAttnIn,
@@ -211,26 +251,26 @@ void LlamaModel::Attention(int32_t layer, const ForwardBatch& batch, PagedKvCach
   if (key_observer_)
     key_observer_(layer,
                   ObservedCopy(k_.as<float>(), size_t{1} * n * plan_.num_kv_heads * c.head_dim), n);
-  backend_->Rope({q_.as<float>(), positions_.as<int32_t>(), inv_freq_.as<float>(), n,
-                  plan_.num_heads, c.head_dim, 1.0f});
+  backend_->Rope(
+      {q_.as<float>(), in.positions, inv_freq_.as<float>(), n, plan_.num_heads, c.head_dim, 1.0f});
   // tq formats store keys before RoPE and rotate them inside attention.
   if (!kernels::KvStoresPreRopeKeys(cache.layout().dtype)) {
-    backend_->Rope({k_.as<float>(), positions_.as<int32_t>(), inv_freq_.as<float>(), n,
-                    plan_.num_kv_heads, c.head_dim, 1.0f});
+    backend_->Rope({k_.as<float>(), in.positions, inv_freq_.as<float>(), n, plan_.num_kv_heads,
+                    c.head_dim, 1.0f});
   }
 
   const kernels::KvLayerView view = cache.Layer(layer);
-  backend_->KvWrite(
-      {k_.as<float>(), v_.as<float>(), slots_.as<int32_t>(), n, view, positions_.as<int32_t>()});
+  backend_->KvWrite({k_.as<float>(), v_.as<float>(), in.slots, n, view, in.positions});
   kernels::PagedAttentionParams p;
   p.q = q_.as<float>();
   p.out = attn_.as<float>();
-  p.token_seq = token_seq_.as<int32_t>();
-  p.token_pos = positions_.as<int32_t>();
-  p.block_tables = block_tables_.as<int32_t>();
+  p.token_seq = in.token_seq;
+  p.token_pos = in.positions;
+  p.host_token_seq = in.host_token_seq;
+  p.block_tables = in.block_tables;
   p.num_tokens = n;
   p.num_heads = plan_.num_heads;
-  p.max_blocks_per_seq = batch.max_blocks_per_seq;
+  p.max_blocks_per_seq = in.max_blocks_per_seq;
   p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   p.cache = view;
   backend_->PagedAttention(p);
@@ -265,6 +305,12 @@ void LlamaModel::Mlp(int32_t layer, int32_t n) {
   backend_->MatMul(
       {gate_.as<float>(), w.down_proj.View(), hidden_.as<float>(), n, plan_.rank == 0});
   AllReduceHidden(n);
+}
+
+std::string WeightsSummary(const LlamaModel& model) {
+  const std::string summary = model.weights().MemorySummary();
+  const int world = model.tp_plan().world_size;
+  return world > 1 ? "rank 0 of " + std::to_string(world) + ": " + summary : summary;
 }
 
 }  // namespace tq

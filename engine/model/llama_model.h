@@ -3,6 +3,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/kv/kv_cache.h"
@@ -14,6 +16,7 @@
 namespace tq {
 
 class RankExecutor;
+class DecodeGraphRunner;
 
 /// Inputs of one forward step: the new tokens of every scheduled sequence,
 /// flattened (varlen), with where each goes in the paged cache. Built by the
@@ -47,6 +50,7 @@ class LlamaModel {
  public:
   LlamaModel(const ModelConfig& config, LlamaWeights weights, kernels::Backend* backend,
              const TpPlan& plan = {});
+  ~LlamaModel();
 
   /// Rank 0 only: peers[r - 1] is rank r's model; `executor` runs the ranks.
   /// Non-owning; both must outlive this model's Forward calls.
@@ -89,17 +93,50 @@ class LlamaModel {
     activation_observer_ = std::move(observer);
   }
 
+  /// Decode steps from CUDA graphs (docs/cuda.md "CUDA graphs"): batches
+  /// where every sequence has one token, at most max_batch sequences and
+  /// block tables at most max_blocks_per_seq wide run padded to a bucket size
+  /// from a graph captured per bucket; every other batch, every batch under
+  /// tensor parallelism and every batch while an observer is set runs
+  /// eagerly. A backend without graphs (the CPU) runs everything eagerly,
+  /// unless eager_fallback (tests: the padded bucket steps run eagerly).
+  /// max_batch <= 0 turns graphs off. Throws std::invalid_argument when
+  /// max_blocks_per_seq < 1.
+  void EnableDecodeGraphs(int32_t max_batch, int32_t max_blocks_per_seq,
+                          bool eager_fallback = false);
+  /// The graph runner (null while graphs are off), for statistics.
+  const DecodeGraphRunner* decode_graphs() const { return graphs_.get(); }
+
   const ModelConfig& config() const { return config_; }
   const LlamaWeights& weights() const { return weights_; }
   const TpPlan& tp_plan() const { return plan_; }
 
  private:
+  friend class DecodeGraphRunner;
+
+  // Backend-memory inputs of one step (ForwardBatch's vectors, uploaded).
+  struct StepInputs {
+    const int32_t* ids = nullptr;
+    const int32_t* positions = nullptr;
+    const int32_t* token_seq = nullptr;
+    const int32_t* host_token_seq = nullptr;  // host copy (eager steps): CUDA tiles prefill
+    const int32_t* slots = nullptr;
+    const int32_t* block_tables = nullptr;
+    int32_t num_tokens = 0;
+    int32_t max_blocks_per_seq = 0;
+  };
+
   // One rank's forward pass; logits may be null (ranks other than 0).
   void ForwardRank(const ForwardBatch& batch, PagedKvCache& cache, std::vector<float>* logits);
+  // Layers, final norm and lm_head into logits_ ([logit_indices.size(),
+  // vocab_shard]); backend ops only, so a graph can capture it when no
+  // observer is set and there is one rank.
+  void ComputeLogits(const StepInputs& in, const std::vector<int32_t>& logit_indices,
+                     PagedKvCache& cache);
   // TP: sums the row-parallel partial outputs in hidden_ across ranks.
   void AllReduceHidden(int32_t num_tokens);
   void EnsureWorkspace(int32_t num_tokens, int32_t num_logits);
-  void Attention(int32_t layer, const ForwardBatch& batch, PagedKvCache& cache);
+  void Attention(int32_t layer, const StepInputs& in, PagedKvCache& cache);
   void Mlp(int32_t layer, int32_t num_tokens);
 
   ModelConfig config_;
@@ -115,7 +152,10 @@ class LlamaModel {
   std::vector<float> observed_;
   const float* ObservedCopy(const float* x, size_t n);
 
-  // Activation workspace, grown on demand (backend memory).
+  // Activation workspace, grown on demand (backend memory); the epoch counts
+  // the growths (captured graphs point at these buffers).
+  uint64_t workspace_epoch_ = 0;
+  std::unique_ptr<DecodeGraphRunner> graphs_;
   int32_t capacity_tokens_ = 0;
   int32_t capacity_logits_ = 0;
   kernels::BackendBuffer ids_, positions_, token_seq_, slots_, block_tables_;
@@ -123,5 +163,9 @@ class LlamaModel {
   kernels::BackendBuffer last_hidden_, logits_, gathered_logits_;
   std::vector<float> gathered_host_;  // TP rank 0: the all-gathered logit shards
 };
+
+/// The weights' MemorySummary() for the log; under tensor parallelism it is
+/// rank 0's shard and says so ("rank 0 of 2: weights ...").
+std::string WeightsSummary(const LlamaModel& model);
 
 }  // namespace tq

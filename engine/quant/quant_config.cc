@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -99,6 +100,27 @@ bool Matches(const QuantOverride& o, const std::string& short_name, const std::s
   return false;
 }
 
+// A range that is reversed or outside the model would otherwise surface as
+// "matches no module", which hides the actual mistake.
+void CheckLayerRanges(const QuantConfig& config, int32_t num_layers) {
+  for (size_t i = 0; i < config.overrides.size(); ++i) {
+    for (const auto& [a, b] : config.overrides[i].layers) {
+      const int32_t first = LayerIndex(a, num_layers);
+      const int32_t last = LayerIndex(b, num_layers);
+      const std::string range = "override " + std::to_string(i) + ": \"layers\" [" +
+                                std::to_string(a) + ", " + std::to_string(b) + "]";
+      if (first < 0 || first >= num_layers || last < 0 || last >= num_layers) {
+        Fail(config.source, range + " is outside this model's layers 0.." +
+                                std::to_string(num_layers - 1) + " (negative = from the end)");
+      }
+      if (first > last) {
+        Fail(config.source, range + " is reversed: layer " + std::to_string(first) +
+                                " comes after layer " + std::to_string(last));
+      }
+    }
+  }
+}
+
 std::string FullName(int32_t layer, const std::string& short_name) {
   return "model.layers." + std::to_string(layer) + "." + short_name;
 }
@@ -162,6 +184,11 @@ QuantConfig QuantConfig::Parse(const std::string& text, const std::string& sourc
 }
 
 QuantConfig QuantConfig::Load(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw Error(path +
+                ": is a directory; --quantization-config takes a JSON file (configs/*.json)");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path + ": cannot open the quantization config");
   std::stringstream ss;
@@ -205,6 +232,7 @@ std::vector<LinearModule> LlamaLinearModules(const ModelConfig& c) {
 std::map<std::string, QuantFormat> PlanFormats(const QuantConfig& config,
                                                const ModelConfig& model) {
   std::map<std::string, QuantFormat> plan;
+  CheckLayerRanges(config, model.num_hidden_layers);
   std::vector<bool> used(config.overrides.size(), false);
   for (const LinearModule& m : LlamaLinearModules(model)) {
     for (size_t i = 0; i < config.overrides.size(); ++i) {

@@ -51,8 +51,7 @@ EngineInfo DescribeEngine(const EngineOptions& options, const LoadedModel& m) {
   for (const RankMemory& r : info.ranks) {
     for (const auto& [precision, bytes] : r.weight_bytes) info.weight_bytes[precision] += bytes;
   }
-  info.weights_summary = m.model->weights().MemorySummary();
-  if (world > 1) info.weights_summary = "rank 0 " + info.weights_summary;
+  info.weights_summary = WeightsSummary(*m.model);
   info.kv_calibration_source = m.kv_calibration_source;
   info.device = std::string(m.backend->Name());
   info.device_note = m.device_note;

@@ -46,6 +46,9 @@ struct EngineOptions {
   // GPU backends: fraction of the device's total memory the server may hold
   // (weights + activations + KV pool) when kv_cache_memory is 0 (vLLM's flag).
   double gpu_memory_utilization = 0.9;
+  // CUDA: decode steps from per-batch-size CUDA graphs (--cuda-graphs,
+  // docs/cuda.md "CUDA graphs"); ignored on the CPU and under tensor parallelism.
+  bool cuda_graphs = false;
 };
 
 /// Why generation stopped (OpenAI finish_reason): "stop" (EOS or a stop

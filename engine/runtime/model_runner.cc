@@ -183,16 +183,16 @@ ModelOutput LlamaModelRunner::Execute(const ScheduleOutput& scheduled) {
     }
     rows[i].candidates = use_candidates_ && s.sample && !states[i]->sampler.has_penalties();
   }
-  // Logit rows: candidate rows first (one block for LogitsTopK), then the
-  // other sampling rows, then prompt-logprob rows.
+  // Logit rows: every sampling row first, in sequence order (one block for
+  // LogitsTopK; a pure decode batch keeps logit_indices[t] == t, which CUDA
+  // graphs need), then prompt-logprob rows. Rows with penalties get
+  // candidates too but use the full row.
   std::vector<RequestState*> candidate_states;
-  for (int pass = 0; pass < 2; ++pass) {
-    for (size_t i = 0; i < scheduled.sequences.size(); ++i) {
-      if (!scheduled.sequences[i].sample || rows[i].candidates != (pass == 0)) continue;
-      rows[i].sample_row = static_cast<int32_t>(b.logit_indices.size());
-      b.logit_indices.push_back(rows[i].first_token + rows[i].num_tokens - 1);
-      if (pass == 0) candidate_states.push_back(states[i]);
-    }
+  for (size_t i = 0; i < scheduled.sequences.size(); ++i) {
+    if (!scheduled.sequences[i].sample) continue;
+    rows[i].sample_row = static_cast<int32_t>(b.logit_indices.size());
+    b.logit_indices.push_back(rows[i].first_token + rows[i].num_tokens - 1);
+    candidate_states.push_back(states[i]);
   }
   const auto num_candidate_rows = static_cast<int32_t>(candidate_states.size());
   for (size_t i = 0; i < scheduled.sequences.size(); ++i) {
@@ -226,6 +226,9 @@ ModelOutput LlamaModelRunner::Execute(const ScheduleOutput& scheduled) {
     logits_.resize(static_cast<size_t>(num_rows) * row_floats);
     if (num_candidate_rows > 0) ComputeCandidates(candidate_states);
     fetch(num_candidate_rows, num_rows - num_candidate_rows);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (rows[i].sample_row >= 0 && !rows[i].candidates) fetch(rows[i].sample_row, 1);
+    }
   } else {
     model_->Forward(b, *cache_, &logits_);
   }

@@ -702,11 +702,15 @@ void PagedAttention(const PagedAttentionParams& p, ThreadPool& pool) {
       const int32_t t = static_cast<int32_t>(item / l.num_kv_heads);
       const int32_t kv_head = static_cast<int32_t>(item % l.num_kv_heads);
       const int32_t ctx = p.token_pos[t] + 1;
+      float* out0 = p.out + (static_cast<int64_t>(t) * p.num_heads + kv_head * group) * hd;
+      if (ctx <= 0) {  // a padding row (CUDA graph buckets): reads nothing, outputs zeros
+        std::fill(out0, out0 + static_cast<int64_t>(group) * hd, 0.0f);
+        continue;
+      }
       const int32_t* table =
           p.block_tables + static_cast<int64_t>(p.token_seq[t]) * p.max_blocks_per_seq;
       scores.assign(static_cast<size_t>(group) * ctx, 0.0f);
       const float* q0 = p.q + (static_cast<int64_t>(t) * p.num_heads + kv_head * group) * hd;
-      float* out0 = p.out + (static_cast<int64_t>(t) * p.num_heads + kv_head * group) * hd;
       if (tiled) {
         auto* item_fn = l.dtype == KvDtype::kTq4 ? &TqAttentionItem<4, 3> : &TqAttentionItem<3, 3>;
         item_fn(p.cache, krec, vrec, table, ctx, kv_head, q0, group, p.scale, rope, scores.data(),

@@ -72,7 +72,7 @@ class CpuBackend final : public Backend {
   }
 
   void MatMul(const MatMulParams& p) override {
-    cpu::ValidateWeightView(p.w, "cpu MatMul");
+    CheckWeightView("cpu", "MatMul", p.w);
     switch (p.w.dtype) {
       case WeightDtype::kF32:
         return cpu::MatMul(p, pool_);

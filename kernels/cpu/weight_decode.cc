@@ -104,42 +104,6 @@ void DecodeInt4Group(const uint8_t* bytes, int64_t n, float scale, float zero, f
 
 }  // namespace
 
-void ValidateWeightView(const WeightView& w, const char* op) {
-  const std::string where = std::string(op) + ": " + WeightDtypeName(w.dtype) + " weight ";
-  if (w.out_features <= 0 || w.in_features <= 0) {
-    throw std::invalid_argument(where + "has shape [" + std::to_string(w.out_features) + ", " +
-                                std::to_string(w.in_features) + "]; both must be positive");
-  }
-  if (w.data == nullptr) throw std::invalid_argument(where + "has no data");
-  switch (w.dtype) {
-    case WeightDtype::kF32:
-    case WeightDtype::kF16:
-    case WeightDtype::kBF16:
-      return;
-    case WeightDtype::kF32Panels:
-      if (w.out_features % kF32PanelCols != 0) {
-        throw std::invalid_argument(where + "has " + std::to_string(w.out_features) +
-                                    " output features, not whole panels of " +
-                                    std::to_string(kF32PanelCols));
-      }
-      return;
-    case WeightDtype::kInt8:
-    case WeightDtype::kInt4:
-      break;
-    default:
-      throw std::invalid_argument(where + "has an unknown dtype");
-  }
-  if (w.scales == nullptr) throw std::invalid_argument(where + "has no scales");
-  if (w.group_size <= 0 || w.in_features % w.group_size != 0) {
-    throw std::invalid_argument(where + "group_size " + std::to_string(w.group_size) +
-                                " does not divide in_features " + std::to_string(w.in_features));
-  }
-  if (w.dtype == WeightDtype::kInt4 && w.group_size % 2 != 0) {
-    throw std::invalid_argument(where + "group_size " + std::to_string(w.group_size) +
-                                " is odd (two codes per byte)");
-  }
-}
-
 void DecodeWeightRow(const WeightView& w, int64_t o, float* dst) {
   const int64_t k = w.in_features;
   switch (w.dtype) {

@@ -11,16 +11,11 @@
 
 namespace tq::kernels::cpu {
 
-/// Throws std::invalid_argument naming `op` and the offending field when w is
-/// not a well-formed view of its dtype (null data or scales, group_size not
-/// dividing in_features, odd group size for kInt4, non-positive sizes).
-void ValidateWeightView(const WeightView& w, const char* op);
-
 /// Writes dst[i] = w[o, i] for i in [0, in_features) as fp32. Integer formats
 /// follow op_params.h exactly: dst[i] = scale * (code - zero), computed as
 /// (float(code) - zero) * scale (the subtraction is exact, the product rounds
 /// once), so any reference that dequantizes the same way gets the same bits.
-/// w must have passed ValidateWeightView; dst holds in_features floats.
+/// w must have passed CheckWeightView (kernels/op_checks.h); dst holds in_features floats.
 void DecodeWeightRow(const WeightView& w, int64_t o, float* dst);
 
 }  // namespace tq::kernels::cpu

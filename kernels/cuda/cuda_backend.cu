@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <initializer_list>
 #include <new>
@@ -40,6 +41,22 @@ std::vector<float> Snapshot(std::initializer_list<std::pair<const float*, size_t
   return s;
 }
 
+class CudaBackend;
+
+// A captured and instantiated CUDA graph of one CudaBackend's stream.
+class CudaGraph final : public BackendGraph {
+ public:
+  CudaGraph(CudaBackend* backend, cudaGraphExec_t exec, uint64_t epoch)
+      : backend_(backend), exec_(exec), epoch_(epoch) {}
+  ~CudaGraph() override { cudaGraphExecDestroy(exec_); }
+  bool Launch() override;
+
+ private:
+  CudaBackend* backend_;
+  cudaGraphExec_t exec_;
+  uint64_t epoch_;  // the backend's memory epoch at capture
+};
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device) {
@@ -49,6 +66,15 @@ class CudaBackend final : public Backend {
     TQ_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
     TQ_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));  // fp32: no TF32
     TQ_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device_));
+    // A workspace of our own, so that cuBLAS never allocates inside a graph
+    // capture (cuBLAS docs, "CUDA Graphs support"); the size is cuBLAS's own
+    // default (32 MiB on Hopper, 4 MiB before), so eager GEMMs choose the same
+    // algorithms as without it.
+    int major = 0;
+    TQ_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
+    const size_t cublas_bytes = (major >= 9 ? 32u : 4u) << 20;
+    TQ_CUDA_CHECK(cudaMalloc(&cublas_workspace_, cublas_bytes));
+    TQ_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, cublas_bytes));
   }
   ~CudaBackend() override {
     cudaSetDevice(device_);
@@ -57,14 +83,18 @@ class CudaBackend final : public Backend {
     for (auto& [key, m] : rope_mirrors_) cudaFree(m.memory);
     if (gemm_workspace_) cudaFree(gemm_workspace_);
     if (attn_workspace_) cudaFree(attn_workspace_);
+    if (layout_buffer_) cudaFree(layout_buffer_);
+    if (cublas_workspace_) cudaFree(cublas_workspace_);
     cublasDestroy(cublas_);
     cudaStreamDestroy(stream_);
   }
 
   std::string_view Name() const override { return kName; }
   cudaStream_t stream() const { return stream_; }
+  int device() const { return device_; }
 
   void* Allocate(size_t bytes) override {
+    NotCapturing("Allocate");
     Select();
     void* ptr = nullptr;
     if (cudaMalloc(&ptr, bytes ? bytes : 1) != cudaSuccess) {
@@ -77,18 +107,21 @@ class CudaBackend final : public Backend {
   }
   void Free(void* ptr) override {
     if (!ptr) return;
+    NotCapturing("Free");
     Select();
     cudaStreamSynchronize(stream_);  // queued kernels may still read it
     cudaFree(ptr);
   }
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
+    NotCapturing("CopyToDevice");
     Select();
     TQ_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
     TQ_CUDA_CHECK(cudaStreamSynchronize(stream_));  // src may be freed on return
   }
   void CopyToHost(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
+    NotCapturing("CopyToHost");
     Select();
     TQ_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
     TQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -129,6 +162,11 @@ class CudaBackend final : public Backend {
     cuda::LaunchLogitsTopK(p, stream_);
   }
   void QuantMatMul(const MatMulParams& p);
+  const int32_t* UploadLayout(const cuda::AttentionBatchLayout& layout);
+  std::unique_ptr<BackendGraph> CaptureGraph(const std::function<void()>& record) override;
+
+  /// Bumped whenever memory that a captured graph may point at is freed.
+  uint64_t epoch() const { return epoch_; }
 
  private:
   struct Mirror {
@@ -137,7 +175,21 @@ class CudaBackend final : public Backend {
     DeviceTqCodec codec;
   };
 
-  void Select() const { TQ_CUDA_CHECK(cudaSetDevice(device_)); }
+  // cudaSetDevice only when needed: it is one more driver call per op, and
+  // during a capture every call should be one the capture allows.
+  void Select() const {
+    int current = -1;
+    TQ_CUDA_CHECK(cudaGetDevice(&current));
+    if (current != device_) TQ_CUDA_CHECK(cudaSetDevice(device_));
+  }
+
+  void NotCapturing(const char* what) const {
+    if (capturing_) {
+      throw std::logic_error(std::string("cuda ") + what +
+                             " during a graph capture (synchronizes or allocates); run the "
+                             "captured ops once eagerly before capturing");
+    }
+  }
 
   void CheckKvLimits(std::string_view op, const KvLayerView& cache) const {
     const KvLayout& l = cache.layout;
@@ -161,11 +213,13 @@ class CudaBackend final : public Backend {
   // Grows a device scratch buffer (contents not kept).
   void* Scratch(void** buffer, size_t* capacity, size_t bytes) {
     if (bytes > *capacity) {
+      NotCapturing("scratch buffer growth");
       if (*buffer) {
         TQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
         TQ_CUDA_CHECK(cudaFree(*buffer));
         *buffer = nullptr;
         *capacity = 0;
+        ++epoch_;
       }
       TQ_CUDA_CHECK(cudaMalloc(buffer, bytes));
       *capacity = bytes;
@@ -214,10 +268,12 @@ class CudaBackend final : public Backend {
         Snapshot({parts[0], parts[1], parts[2], parts[3], parts[4], parts[5], parts[6]});
     auto it = tq_mirrors_.find(&c);
     if (it == tq_mirrors_.end() || it->second.snapshot != snap) {
+      NotCapturing("tq codec upload");
       if (it != tq_mirrors_.end()) {
         TQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
         cudaFree(it->second.memory);
         tq_mirrors_.erase(it);
+        ++epoch_;
       }
       size_t total = 0;
       for (const auto& part : parts) total += part.second;
@@ -248,10 +304,12 @@ class CudaBackend final : public Backend {
     rope_snap.push_back(static_cast<float>(rows));
     auto rit = rope_mirrors_.find(c.rope_cos);
     if (rit == rope_mirrors_.end() || rit->second.snapshot != rope_snap) {
+      NotCapturing("RoPE table upload");
       if (rit != rope_mirrors_.end()) {
         TQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
         cudaFree(rit->second.memory);
         rope_mirrors_.erase(rit);
+        ++epoch_;
       }
       Mirror m;
       std::vector<const float*> ptrs;
@@ -278,6 +336,12 @@ class CudaBackend final : public Backend {
   size_t gemm_workspace_bytes_ = 0;
   void* attn_workspace_ = nullptr;
   size_t attn_workspace_bytes_ = 0;
+  void* layout_buffer_ = nullptr;
+  size_t layout_buffer_bytes_ = 0;
+  std::vector<int32_t> layout_host_;  // what layout_buffer_ holds
+  void* cublas_workspace_ = nullptr;
+  bool capturing_ = false;
+  uint64_t epoch_ = 0;
   std::unordered_map<const TqLayerCodec*, Mirror> tq_mirrors_;
   std::unordered_map<const float*, Mirror> rope_mirrors_;
 };
@@ -353,13 +417,68 @@ void CudaBackend::PagedAttention(const PagedAttentionParams& p) {
   if (p.num_tokens == 0) return;
   Select();
   const DeviceTqCodec* tq = MirrorTq(p.cache);
-  const cuda::AttentionPlan plan = cuda::PlanAttention(p, num_sms_);
+  const cuda::AttentionBatchLayout layout = cuda::PlanAttentionBatch(p);
+  const cuda::AttentionPlan plan = cuda::PlanAttention(p, num_sms_, layout);
   float* workspace = nullptr;
   if (plan.splits > 1) {
     workspace = static_cast<float*>(
         Scratch(&attn_workspace_, &attn_workspace_bytes_, plan.WorkspaceFloats(p) * sizeof(float)));
   }
-  cuda::LaunchPagedAttention(p, tq, plan, workspace, stream_);
+  cuda::LaunchPagedAttention(p, tq, plan, workspace, stream_, layout, UploadLayout(layout));
+}
+
+// Device copy of the layout's tiles then decode tokens, or null without
+// tiles (or during a graph capture, where a copy from pageable memory is not
+// allowed: every token then takes the decode kernel). Every layer of a step
+// has the same layout: it is uploaded once.
+const int32_t* CudaBackend::UploadLayout(const cuda::AttentionBatchLayout& layout) {
+  if (layout.tiles.empty() || capturing_) return nullptr;
+  std::vector<int32_t> flat(layout.tiles);
+  flat.insert(flat.end(), layout.decode.begin(), layout.decode.end());
+  if (flat != layout_host_) {
+    Scratch(&layout_buffer_, &layout_buffer_bytes_, flat.size() * sizeof(int32_t));
+    layout_host_ = std::move(flat);
+    // Pageable source: staged before the call returns; ordered on the stream
+    // after the kernels that read the previous layout.
+    TQ_CUDA_CHECK(cudaMemcpyAsync(layout_buffer_, layout_host_.data(),
+                                  layout_host_.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                  stream_));
+  }
+  return static_cast<const int32_t*>(layout_buffer_);
+}
+
+// Stream capture in thread-local mode: only this thread's unsafe calls
+// (synchronization, allocation) invalidate it, so a metrics thread calling
+// cudaMemGetInfo meanwhile does not (CUDA Programming Guide, "CUDA Graphs").
+std::unique_ptr<BackendGraph> CudaBackend::CaptureGraph(const std::function<void()>& record) {
+  NotCapturing("CaptureGraph");
+  Select();
+  TQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const uint64_t epoch = epoch_;
+  TQ_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  capturing_ = true;
+  cudaGraph_t graph = nullptr;
+  try {
+    record();
+  } catch (...) {
+    capturing_ = false;
+    if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    throw;
+  }
+  capturing_ = false;
+  TQ_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  TQ_CUDA_CHECK(err);
+  return std::make_unique<CudaGraph>(this, exec, epoch);
+}
+
+bool CudaGraph::Launch() {
+  if (backend_->epoch() != epoch_) return false;
+  TQ_CUDA_CHECK(cudaGraphLaunch(exec_, backend_->stream()));
+  return true;
 }
 
 }  // namespace
@@ -371,6 +490,11 @@ std::unique_ptr<Backend> CreateCudaBackend(int device) {
 void* CudaBackendStream(Backend& backend) {
   auto* cuda = dynamic_cast<CudaBackend*>(&backend);
   return cuda ? static_cast<void*>(cuda->stream()) : nullptr;
+}
+
+int CudaBackendDevice(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  return cuda ? cuda->device() : -1;
 }
 
 }  // namespace tq::kernels

@@ -13,6 +13,7 @@
 
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
+#include "kernels/backend_factory.h"
 #include "tests/unit/temp_dir_test.h"
 
 namespace tq {
@@ -202,6 +203,37 @@ TEST_F(CliTest, GenerateRejectsBeforeEchoingThePrompt) {
     ExpectOneLineError(r, {});
     EXPECT_EQ(r.out, "") << args;
   }
+}
+
+// A bad --quantization-config or --tensor-parallel-size fails serve with one
+// line before it starts listening (it used to print "listening on" first).
+TEST_F(CliTest, ServeRejectsBadModelFlagsBeforeListening) {
+  { std::ofstream(dir_ / "q.json") << R"({"bits": 4, "group_size": 5})"; }
+  RunResult r = Run("serve --port 0 --quantization-config '" + (dir_ / "q.json").string() + "'");
+  ExpectOneLineError(r, {"q.json", "group_size 5 does not divide"});
+  r = Run("serve --port 0 --tensor-parallel-size 3");
+  ExpectOneLineError(r, {"tensor-parallel-size"});
+  if (kernels::CudaDeviceCount() < 2) {  // one rank per GPU
+    r = Run("serve --port 0 --device cuda --tensor-parallel-size 2");
+    ExpectOneLineError(r, {"--device cuda: --tensor-parallel-size 2 needs 2 CUDA devices, found"});
+  }
+}
+
+// At TP=2 the weights line is rank 0's share and says so (it used to read as
+// the whole model's).
+TEST_F(CliTest, GenerateWeightsLineNamesTheRankUnderTensorParallelism) {
+  const RunResult one = Run("generate --prompt Once --max-tokens 1");
+  const RunResult two = Run("generate --prompt Once --max-tokens 1 --tensor-parallel-size 2");
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  // The weights line of each run: "[tqserve] [rank 0 of 2: ]weights <size> (...)".
+  const auto weights_line = [](const std::string& err, const std::string& prefix) {
+    const size_t at = err.find("[tqserve] " + prefix + "weights ");
+    return at == std::string::npos ? std::string() : err.substr(at, err.find('\n', at) - at);
+  };
+  const std::string all = weights_line(one.err, ""), share = weights_line(two.err, "rank 0 of 2: ");
+  ASSERT_NE(all, "") << one.err;
+  ASSERT_NE(share, "") << two.err;
+  EXPECT_NE(all.substr(all.find("weights ")), share.substr(share.find("weights ")));
 }
 
 TEST_F(CliTest, UsageErrorsExitTwoAndRepeatedFlagsTakeTheLast) {

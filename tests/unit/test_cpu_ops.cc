@@ -676,7 +676,10 @@ struct AttnProblem {
     std::mt19937 rng(seed);
     num_heads = c.kv_heads * c.group;
     scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
-    seq_len = {40, 1, 23, 7};
+    // The last "sequence" is a CUDA-graph padding row: no tokens, a block
+    // table of -1 and one query at position -1, which must read nothing and
+    // output zeros (PagedAttentionParams::token_pos).
+    seq_len = {40, 1, 23, 7, 0};
     const auto num_seqs = static_cast<int32_t>(seq_len.size());
     std::vector<int32_t> blocks_needed(num_seqs);
     int32_t total_blocks = 0;
@@ -699,6 +702,7 @@ struct AttnProblem {
     size_t next = 0;
     for (int32_t s = 0; s < num_seqs; ++s)
       for (int32_t b = 0; b < blocks_needed[s]; ++b) block_tables[s * max_blocks + b] = ids[next++];
+    std::fill(block_tables.end() - max_blocks, block_tables.end(), -1);
 
     const size_t row = static_cast<size_t>(c.kv_heads) * c.hd;
     for (int32_t s = 0; s < num_seqs; ++s) {
@@ -714,6 +718,7 @@ struct AttnProblem {
     AddToken(0, 17);
     AddToken(1, 0);
     for (int32_t pos = 3; pos < 7; ++pos) AddToken(3, pos);
+    AddToken(4, -1);
     std::vector<size_t> order(token_seq.size());
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng);
@@ -742,6 +747,7 @@ struct AttnProblem {
     ref_scale.assign(q.size(), 0.0);
     for (int32_t t = 0; t < num_tokens(); ++t) {
       const int32_t s = token_seq[t], ctx = token_pos[t] + 1;
+      if (ctx <= 0) continue;  // padding: the output stays 0
       for (int32_t h = 0; h < num_heads; ++h) {
         const int32_t kvh = h / cfg.group;
         const float* qh = &q[(static_cast<size_t>(t) * num_heads + h) * hd];

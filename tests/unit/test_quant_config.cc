@@ -147,5 +147,31 @@ TEST(QuantConfigTest, BadConfigsGiveClearErrors) {
   EXPECT_THROW(QuantConfig::Load("/nonexistent/q.json"), Error);
 }
 
+// stories260K has 5 layers: [3, 1] and [-1, 0] are reversed, 5 and -6 are
+// outside; both used to report only "matches no module".
+TEST(QuantConfigTest, BadLayerRangesAreNamed) {
+  auto with_layers = [](const std::string& layers) {
+    return ErrorOf(R"({"bits": 8, "group_size": -1,
+                       "overrides": [{"modules": "*", "layers": [)" +
+                   layers + R"(], "bits": 16}]})");
+  };
+  EXPECT_THAT(with_layers("[3, 1]"),
+              HasSubstr("override 0: \"layers\" [3, 1] is reversed: layer 3 comes after layer 1"));
+  EXPECT_THAT(with_layers("[-1, 0]"), HasSubstr("is reversed: layer 4 comes after layer 0"));
+  EXPECT_THAT(with_layers("5"), HasSubstr("[5, 5] is outside this model's layers 0..4"));
+  EXPECT_THAT(with_layers("[-6, -1]"), HasSubstr("is outside this model's layers 0..4"));
+  EXPECT_EQ(with_layers("[-2, -1]"), "(no error)");
+}
+
+TEST(QuantConfigTest, DirectoryIsNotAConfig) {
+  try {
+    QuantConfig::Load(TQ_SOURCE_DIR "/configs");
+    FAIL() << "a directory loaded as a quantization config";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(),
+                HasSubstr("configs: is a directory; --quantization-config takes a JSON file"));
+  }
+}
+
 }  // namespace
 }  // namespace tq::quant
