@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/decode_graphs.h"
 #include "engine/model/random_model.h"
 #include "engine/runtime/engine_core.h"
 #include "engine/runtime/model_loader.h"
@@ -36,22 +37,29 @@ class PeekRunner : public ModelRunner {
 
 struct RunResult {
   std::map<std::string, EngineOutput> outputs;
-  int64_t candidate_rows = 0, fallbacks = 0;
+  int64_t candidate_rows = 0, fallbacks = 0, graph_steps = 0;
 };
 
+// graphs: decode steps through DecodeGraphRunner's padded buckets (run
+// eagerly on the CPU backend), which leave the logits on the device.
 RunResult RunAll(const std::string& model_dir, SamplingPath path,
-                 const std::vector<EngineRequest>& requests) {
+                 const std::vector<EngineRequest>& requests, bool graphs = false) {
   EngineOptions o;
   o.model_dir = model_dir;
   o.num_threads = 2;
   o.kv_cache_dtype = kernels::KvDtype::kF32;
   o.max_model_len = 256;
   LoadedModel m = LoadModel(o);
+  const int32_t block_size = m.cache->layout().block_size;
+  if (graphs) {
+    m.model->EnableDecodeGraphs(16, (m.max_model_len + block_size - 1) / block_size,
+                                /*eager_fallback=*/true);
+  }
   SchedulerConfig c;
   c.max_num_seqs = 16;
   c.max_num_batched_tokens = 256;
   c.max_model_len = m.max_model_len;
-  c.block_size = m.cache->layout().block_size;
+  c.block_size = block_size;
   c.num_blocks = m.cache->layout().num_blocks;
   c.eos_token_ids = m.files.config.eos_token_ids;
   LlamaModelRunner* runner = nullptr;
@@ -73,6 +81,11 @@ RunResult RunAll(const std::string& model_dir, SamplingPath path,
   }
   run.candidate_rows = runner->candidate_rows();
   run.fallbacks = runner->full_row_fallbacks();
+  if (graphs) {
+    for (const auto& [bucket, steps] : m.model->decode_graphs()->steps_per_bucket()) {
+      run.graph_steps += steps;
+    }
+  }
   return run;
 }
 
@@ -157,6 +170,10 @@ TEST(CandidateSampling, BundledModelSameAsHostPath) {
   EXPECT_EQ(cand.candidate_rows, 5 * 24);
   EXPECT_LT(cand.fallbacks, cand.candidate_rows);
   ExpectSameRuns(host, cand);
+  // Decode steps from graph buckets keep the same results.
+  const RunResult graphs = RunAll(TQ_MODEL_DIR, SamplingPath::kCandidates, rs, true);
+  EXPECT_GT(graphs.graph_steps, 10);
+  ExpectSameRuns(host, graphs);
 }
 
 class CandidateSamplingLargeVocab : public testing::TempDirTest {};
