@@ -1,6 +1,7 @@
 #include "kernels/backend_factory.h"
 
 #include <stdexcept>
+#include <string>
 
 #if defined(TQ_WITH_CUDA)
 #include "kernels/cuda/cuda_backend.h"
@@ -58,8 +59,50 @@ std::unique_ptr<Backend> CreateBackend(DeviceKind kind, int num_threads, std::st
   return CreateCpuBackend(num_threads);
 }
 
+int CudaDeviceCount(std::string* why) {
+#if defined(TQ_WITH_CUDA)
+  return cuda::DeviceCount(why);
+#else
+  if (why) *why = "built without CUDA (TQ_CUDA=OFF)";
+  return 0;
+#endif
+}
+
+std::unique_ptr<Backend> CreateCudaBackendOn(int device) {
+#if defined(TQ_WITH_CUDA)
+  try {
+    return CreateCudaBackend(device);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error("--device cuda: cannot use CUDA device " + std::to_string(device) +
+                             ": " + e.what());
+  }
+#else
+  throw std::runtime_error("--device cuda: this build has no CUDA backend (device " +
+                           std::to_string(device) + "; configured with TQ_CUDA=OFF)");
+#endif
+}
+
+int CudaDeviceOf(const Backend& backend) {
+#if defined(TQ_WITH_CUDA)
+  return CudaBackendDevice(backend);
+#else
+  (void)backend;
+  return -1;
+#endif
+}
+
+void* CudaStreamOf(Backend& backend) {
+#if defined(TQ_WITH_CUDA)
+  return CudaBackendStream(backend);
+#else
+  (void)backend;
+  return nullptr;
+#endif
+}
+
 bool QueryDeviceMemory(const Backend& backend, DeviceMemoryInfo* out) {
-  return backend.Name() == "cuda" && QueryCudaDeviceMemory(0, out);
+  const int device = CudaDeviceOf(backend);
+  return device >= 0 && QueryCudaDeviceMemory(device, out);
 }
 
 bool QueryCudaDeviceMemory(int device, DeviceMemoryInfo* out) {

@@ -26,6 +26,23 @@ bool CudaBackendBuilt();
 /// to one line saying why (left empty otherwise).
 std::unique_ptr<Backend> CreateBackend(DeviceKind kind, int num_threads, std::string* why_cpu);
 
+/// Number of usable CUDA devices (0 without CUDA in the build, a driver or a
+/// GPU; *why, when given, then says which). Any thread.
+int CudaDeviceCount(std::string* why = nullptr);
+
+/// The CUDA backend on device `device` (tensor-parallel rank r uses device r).
+/// Throws std::runtime_error naming --device when the build has no CUDA or the
+/// device cannot be initialized.
+std::unique_ptr<Backend> CreateCudaBackendOn(int device);
+
+/// The CUDA device index `backend` computes on; -1 for any other backend.
+int CudaDeviceOf(const Backend& backend);
+
+/// The cudaStream_t (as void*) a CUDA backend enqueues its ops on, for work
+/// that must be ordered with them (NCCL collectives); nullptr for any other
+/// backend.
+void* CudaStreamOf(Backend& backend);
+
 /// True when CreateBackend(kind) would pick the CUDA backend (kCuda, or
 /// kAuto with CUDA built and a device present); for choosing defaults that
 /// differ by device before the backend exists.
@@ -36,7 +53,7 @@ struct DeviceMemoryInfo {
   size_t free_bytes = 0;
   size_t total_bytes = 0;
 };
-/// cudaMemGetInfo of device 0 for the CUDA backend; false for the CPU backend
+/// cudaMemGetInfo of the CUDA backend's device; false for the CPU backend
 /// (host memory is reported by the server from /proc).
 bool QueryDeviceMemory(const Backend& backend, DeviceMemoryInfo* out);
 /// cudaMemGetInfo of CUDA device `device` (the whole device, other processes

@@ -46,8 +46,9 @@ LlamaModel::LlamaModel(const ModelConfig& config, LlamaWeights weights, kernels:
     : config_(config),
       weights_(std::move(weights)),
       backend_(backend),
-      plan_(plan.world_size > 1 ? plan : MakeTpPlan(config, 0, 1)) {
-  if (plan_.world_size > 1 &&
+      plan_(plan.world_size > 1 || plan.comm ? plan : MakeTpPlan(config, 0, 1)) {
+  // A communicator at world_size 1 is kept (TP=1 through NCCL in tests).
+  if ((plan_.world_size > 1 || plan_.comm) &&
       (plan_.comm == nullptr || plan_.comm->world_size() != plan_.world_size ||
        plan_.comm->rank() != plan_.rank)) {
     throw std::invalid_argument("LlamaModel: a tensor-parallel plan needs its rank's communicator");
@@ -107,7 +108,7 @@ void LlamaModel::EnsureWorkspace(int32_t num_tokens, int32_t num_logits) {
     last_hidden_ = kernels::BackendBuffer(backend_, size_t{4} * num_logits * c.hidden_size);
     const size_t shard = size_t{4} * num_logits * p.vocab_shard;
     logits_ = kernels::BackendBuffer(backend_, shard);
-    if (p.world_size > 1) gathered_logits_ = kernels::BackendBuffer(backend_, shard * p.world_size);
+    if (p.comm) gathered_logits_ = kernels::BackendBuffer(backend_, shard * p.world_size);
     capacity_logits_ = num_logits;
     ++workspace_epoch_;
   }
@@ -125,7 +126,7 @@ void LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& cache,
   }
   logits->assign(batch.logit_indices.size() * static_cast<size_t>(config_.vocab_size), 0.0f);
   if (batch.num_tokens() == 0) return;
-  if (graphs_ && executor_ == nullptr && !key_observer_ && !activation_observer_ &&
+  if (graphs_ && plan_.comm == nullptr && !key_observer_ && !activation_observer_ &&
       graphs_->TryForward(*this, batch, cache, logits)) {
     return;
   }
@@ -143,7 +144,7 @@ void LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& cache,
 }
 
 void LlamaModel::AllReduceHidden(int32_t num_tokens) {
-  if (plan_.world_size == 1) return;
+  if (!plan_.comm) return;
   plan_.comm->AllReduceSum(hidden_.data(), static_cast<size_t>(num_tokens) * config_.hidden_size,
                            CommDtype::kF32);
 }
@@ -171,13 +172,14 @@ void LlamaModel::ForwardRank(const ForwardBatch& batch, PagedKvCache& cache,
   in.ids = ids_.as<int32_t>();
   in.positions = positions_.as<int32_t>();
   in.token_seq = token_seq_.as<int32_t>();
+  in.host_token_seq = batch.token_seq.data();
   in.slots = slots_.as<int32_t>();
   in.block_tables = block_tables_.as<int32_t>();
   in.num_tokens = n;
   in.max_blocks_per_seq = batch.max_blocks_per_seq;
   ComputeLogits(in, batch.logit_indices, cache);
   const int32_t shard = plan_.vocab_shard;
-  if (plan_.world_size == 1) {
+  if (!plan_.comm) {
     if (logits)
       backend_->CopyToHost(logits->data(), logits_.data(), logits->size() * sizeof(float));
     return;
@@ -262,6 +264,7 @@ void LlamaModel::Attention(int32_t layer, const StepInputs& in, PagedKvCache& ca
   p.out = attn_.as<float>();
   p.token_seq = in.token_seq;
   p.token_pos = in.positions;
+  p.host_token_seq = in.host_token_seq;
   p.block_tables = in.block_tables;
   p.num_tokens = n;
   p.num_heads = plan_.num_heads;

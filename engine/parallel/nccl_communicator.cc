@@ -33,14 +33,24 @@ ncclDataType_t NcclType(CommDtype t) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(ncclComm_t comm, int device, int rank, int world)
-      : comm_(comm), device_(device), rank_(rank), world_(world) {
+  // `stream` null: the communicator creates and owns one, and synchronises
+  // it after each collective (blocking); else it enqueues on `stream`
+  // (stream-ordered, see CreateNcclCommunicators).
+  NcclCommunicator(ncclComm_t comm, int device, int rank, int world, cudaStream_t stream)
+      : comm_(comm),
+        stream_(stream),
+        owns_stream_(stream == nullptr),
+        device_(device),
+        rank_(rank),
+        world_(world) {
     CheckCuda(cudaSetDevice(device_), "cudaSetDevice");
-    CheckCuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    if (owns_stream_) {
+      CheckCuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    }
   }
   ~NcclCommunicator() override {
     cudaSetDevice(device_);
-    cudaStreamDestroy(stream_);
+    if (owns_stream_) cudaStreamDestroy(stream_);
     if (!aborted_) ncclCommDestroy(comm_);
   }
 
@@ -78,10 +88,19 @@ class NcclCommunicator final : public Communicator {
     if (aborted_) throw Error("NCCL communicator aborted: another rank failed");
     CheckCuda(cudaSetDevice(device_), "cudaSetDevice");
   }
-  void Finish() { CheckCuda(cudaStreamSynchronize(stream_), "NCCL collective"); }
+  // Launch errors surface here; a stream-ordered collective's completion is
+  // observed by the backend's next synchronising call.
+  void Finish() {
+    if (owns_stream_) {
+      CheckCuda(cudaStreamSynchronize(stream_), "NCCL collective");
+    } else {
+      CheckCuda(cudaGetLastError(), "NCCL collective launch");
+    }
+  }
 
   ncclComm_t comm_;
   cudaStream_t stream_ = nullptr;
+  bool owns_stream_;
   int device_, rank_, world_;
   std::atomic<bool> aborted_{false};  // set by Abort() from any thread
 };
@@ -90,7 +109,16 @@ class NcclCommunicator final : public Communicator {
 
 std::vector<std::unique_ptr<Communicator>> CreateNcclCommunicators(
     const std::vector<int>& devices) {
+  return CreateNcclCommunicators(devices, std::vector<void*>(devices.size(), nullptr));
+}
+
+std::vector<std::unique_ptr<Communicator>> CreateNcclCommunicators(
+    const std::vector<int>& devices, const std::vector<void*>& streams) {
   if (devices.empty()) throw Error("CreateNcclCommunicators: no devices");
+  if (streams.size() != devices.size()) {
+    throw Error("CreateNcclCommunicators: " + std::to_string(streams.size()) + " streams for " +
+                std::to_string(devices.size()) + " devices");
+  }
   const int n = static_cast<int>(devices.size());
   std::vector<ncclComm_t> comms(devices.size());
   CheckNccl(ncclCommInitAll(comms.data(), n, devices.data()), "ncclCommInitAll");
@@ -98,12 +126,17 @@ std::vector<std::unique_ptr<Communicator>> CreateNcclCommunicators(
   int r = 0;
   try {
     for (; r < n; ++r)
-      out.push_back(std::make_unique<NcclCommunicator>(comms[r], devices[r], r, n));
+      out.push_back(std::make_unique<NcclCommunicator>(comms[r], devices[r], r, n,
+                                                       static_cast<cudaStream_t>(streams[r])));
   } catch (...) {
     for (; r < n; ++r) ncclCommDestroy(comms[r]);  // not yet owned by a communicator
     throw;
   }
   return out;
+}
+
+bool NcclBuilt() {
+  return true;
 }
 
 int NcclVersion() {

@@ -1,4 +1,5 @@
-// The NCCL Communicator: one rank per GPU of this process (built with TQ_CUDA).
+// The NCCL Communicator: one rank per GPU of this process (built with TQ_CUDA
+// and NCCL; other builds link nccl_unavailable.cc, whose functions throw).
 #pragma once
 
 #include <memory>
@@ -23,6 +24,23 @@ namespace tq {
 /// NCCL is meant to be used from one thread per GPU). Throws tq::Error with
 /// NCCL's or CUDA's message on failure (e.g. a device index that does not exist).
 std::vector<std::unique_ptr<Communicator>> CreateNcclCommunicators(const std::vector<int>& devices);
+
+/// As above, but rank r's collectives are enqueued on streams[r] (a
+/// cudaStream_t of devices[r], passed as void*: the stream of rank r's CUDA
+/// backend, kernels::CudaStreamOf) and are stream-ordered instead of blocking:
+/// a collective starts after every op the backend enqueued before it, and the
+/// backend's later ops (and its CopyToHost, which waits for the stream) see
+/// its result, with no host synchronisation per call. This is how tensor
+/// parallelism drives NCCL (docs/parallelism.md, "The communicator"); the
+/// streams are not owned and must outlive the communicators' last collective.
+/// Throws tq::Error when the sizes differ or a stream is null.
+std::vector<std::unique_ptr<Communicator>> CreateNcclCommunicators(
+    const std::vector<int>& devices, const std::vector<void*>& streams);
+
+/// True when this build has the NCCL communicator (TQ_CUDA and NCCL found at
+/// configure time); otherwise CreateNcclCommunicators and NcclVersion throw
+/// tq::Error.
+bool NcclBuilt();
 
 /// ncclGetVersion, e.g. 22805 for 2.28.5.
 int NcclVersion();

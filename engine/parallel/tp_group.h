@@ -19,9 +19,11 @@ namespace tq {
 /// and destroyed by the loading thread; the shards are driven only from
 /// their rank's thread through rank 0's LlamaModel::Forward.
 struct TensorParallelGroup {
-  std::vector<std::unique_ptr<Communicator>> comms;         // [world_size]
-  std::vector<std::unique_ptr<kernels::Backend>> backends;  // ranks 1..N-1
-  std::vector<std::unique_ptr<LlamaModel>> models;          // ranks 1..N-1
+  std::vector<std::unique_ptr<Communicator>> comms;  // [world_size]
+  // Ranks 1..N-1 (CPU, or CUDA device r). NCCL communicators enqueue on
+  // these backends' streams without owning them.
+  std::vector<std::unique_ptr<kernels::Backend>> backends;
+  std::vector<std::unique_ptr<LlamaModel>> models;  // ranks 1..N-1
   std::unique_ptr<RankExecutor> executor;
 
   int world_size() const { return static_cast<int>(comms.size()); }

@@ -28,8 +28,10 @@ struct TpPlan {
   int32_t intermediate = 0, first_intermediate = 0;
   int32_t vocab_shard = 0;  // rows of every rank's lm_head shard (padded)
   int32_t first_vocab = 0;
-  int32_t vocab_rows = 0;        // real rows: vocab_shard, or fewer on the last rank
-  Communicator* comm = nullptr;  // null when world_size == 1
+  int32_t vocab_rows = 0;  // real rows: vocab_shard, or fewer on the last rank
+  // Null when world_size == 1, unless a test runs one rank through a
+  // communicator (LlamaModel then calls its collectives as for N ranks).
+  Communicator* comm = nullptr;
 
   bool kv_replicated(const ModelConfig& c) const { return c.num_key_value_heads < world_size; }
 };

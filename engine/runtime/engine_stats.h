@@ -19,6 +19,7 @@ struct RankMemory {
   std::map<std::string, size_t> weight_bytes;  // the rank's weights by precision ("fp32", ...)
   size_t kv_cache_bytes = 0;                   // the rank's KV pool (its KV heads)
   int64_t kv_capacity_tokens = 0;              // tokens the pool holds (the same on every rank)
+  int cuda_device = -1;                        // the CUDA device it computes on; -1 on the CPU
 };
 
 struct EngineInfo {

@@ -14,6 +14,8 @@
 #include "engine/model/llama_weights.h"
 #include "engine/model/safetensors.h"
 #include "engine/parallel/cpu_communicator.h"
+#include "engine/parallel/nccl_communicator.h"
+#include "engine/parallel/tp_devices.h"
 #include "engine/quant/quant_config.h"
 
 namespace tq {
@@ -45,10 +47,13 @@ void CheckOptions(const EngineOptions& options) {
 // (weights, this process's context, other processes) and an estimate of the
 // activation workspace at the largest step (max_num_batched_tokens tokens,
 // max_num_seqs logit rows) plus a fixed reserve for cuBLAS and allocator slack.
-size_t DeviceKvBudget(const LoadedModel& m, const EngineOptions& options) {
+// Under tensor parallelism each rank's device gets its own budget.
+size_t DeviceKvBudget(const LoadedModel& m, const kernels::Backend& backend,
+                      const EngineOptions& options) {
   kernels::DeviceMemoryInfo mem;
-  if (!kernels::QueryDeviceMemory(*m.backend, &mem)) {
-    throw Error("--device " + std::string(m.backend->Name()) + ": cannot query device memory");
+  const std::string device = "cuda:" + std::to_string(kernels::CudaDeviceOf(backend));
+  if (!kernels::QueryDeviceMemory(backend, &mem)) {
+    throw Error("--device " + std::string(backend.Name()) + ": cannot query device memory");
   }
   const ModelConfig& c = m.files.config;
   const size_t tokens = static_cast<size_t>(options.max_num_batched_tokens);
@@ -65,7 +70,7 @@ size_t DeviceKvBudget(const LoadedModel& m, const EngineOptions& options) {
   const double budget = allowed - used - static_cast<double>(workspace);
   if (budget <= 0.0) {
     throw Error("--gpu-memory-utilization " + std::to_string(options.gpu_memory_utilization) +
-                " leaves no memory for the KV cache (device total " +
+                " leaves no memory for the KV cache on " + device + " (device total " +
                 std::to_string(mem.total_bytes) + " bytes, in use " +
                 std::to_string(mem.total_bytes - mem.free_bytes) + " bytes, activation workspace " +
                 std::to_string(workspace) + " bytes); raise it or set --kv-cache-memory");
@@ -253,6 +258,36 @@ KeyChannelStats CalibrateKeys(LoadedModel& m, const EngineOptions& options) {
   return stats;
 }
 
+// The backends (rank 0 first), communicators and rank threads of `world`
+// ranks: CUDA device r with NCCL on the backends' streams, or CPU backends
+// with the in-process communicator (ChooseTpDevices says which).
+std::unique_ptr<TensorParallelGroup> MakeTensorParallelGroup(kernels::DeviceKind device, int world,
+                                                             int threads, std::string* note) {
+  std::string why_no_cuda;
+  const int cuda_devices =
+      device == kernels::DeviceKind::kCpu ? 0 : kernels::CudaDeviceCount(&why_no_cuda);
+  const TpDevices where = ChooseTpDevices(device, world, cuda_devices, NcclBuilt(), why_no_cuda);
+  *note = where.note;
+  auto tp = std::make_unique<TensorParallelGroup>();
+  std::vector<int> devices;
+  std::vector<void*> streams;
+  for (int r = 0; r < world; ++r) {
+    if (where.cuda) {
+      tp->backends.push_back(kernels::CreateCudaBackendOn(r));
+      devices.push_back(r);
+      streams.push_back(kernels::CudaStreamOf(*tp->backends.back()));
+    } else {
+      tp->backends.push_back(kernels::CreateCpuBackend(threads));
+    }
+  }
+  tp->comms =
+      where.cuda ? CreateNcclCommunicators(devices, streams) : CreateCpuCommunicators(world);
+  std::vector<Communicator*> comms;
+  for (const auto& comm : tp->comms) comms.push_back(comm.get());
+  tp->executor = std::make_unique<RankExecutor>(world, comms);
+  return tp;
+}
+
 }  // namespace
 
 void PrefillSequence(LlamaModel& model, PagedKvCache& cache, const BlockTable& table,
@@ -313,36 +348,22 @@ LoadedModel LoadModel(const EngineOptions& options) {
         c, LoadLlamaWeights(options.model_dir, c, backend, plan, weight_options), backend, plan);
   };
   MakeTpPlan(c, 0, world);  // a model that cannot be split fails before any loading
-  if (world == 1) {
-    try {
+  try {
+    if (world == 1) {
       m.backend = kernels::CreateBackend(options.device, threads, &m.device_note);
-    } catch (const std::runtime_error& e) {
-      throw Error(e.what());
+    } else {
+      m.tp = MakeTensorParallelGroup(options.device, world, threads, &m.device_note);
+      m.backend = std::move(m.tp->backends.front());
+      m.tp->backends.erase(m.tp->backends.begin());
     }
-  } else if (options.device == kernels::DeviceKind::kCuda) {
-    throw Error(
-        "--device cuda: --tensor-parallel-size > 1 runs on the CPU only for now (no CUDA "
-        "communicator yet)");
-  } else {
-    m.backend = kernels::CreateCpuBackend(threads);
-    if (kernels::ResolvesToCuda(options.device)) {
-      m.device_note = "--device auto: --tensor-parallel-size " + std::to_string(world) +
-                      " runs on the CPU (no CUDA communicator yet)";
-    }
-  }
-  if (world > 1) {
-    m.tp = std::make_unique<TensorParallelGroup>();
-    m.tp->comms = CreateCpuCommunicators(world);
-    std::vector<Communicator*> comms;
-    for (const auto& comm : m.tp->comms) comms.push_back(comm.get());
-    m.tp->executor = std::make_unique<RankExecutor>(world, comms);
+  } catch (const std::runtime_error& e) {
+    throw Error(e.what());
   }
   m.model = load_rank(m.backend.get(), 0);
   if (m.tp) {
     std::vector<LlamaModel*> peers;
     for (int r = 1; r < world; ++r) {
-      m.tp->backends.push_back(kernels::CreateCpuBackend(threads));
-      m.tp->models.push_back(load_rank(m.tp->backends.back().get(), r));
+      m.tp->models.push_back(load_rank(m.tp->backends[r - 1].get(), r));
       peers.push_back(m.tp->models.back().get());
     }
     m.model->SetTensorParallelPeers(std::move(peers), m.tp->executor.get());
@@ -356,9 +377,15 @@ LoadedModel LoadModel(const EngineOptions& options) {
   const int32_t blocks_for_one_seq = (m.max_model_len + layout.block_size - 1) / layout.block_size;
   const size_t bytes_per_block =
       PagedKvCache::BytesPerBlock(c.num_hidden_layers, layout, options.kv_sink_tokens);
-  const size_t kv_budget = options.kv_cache_memory > 0  ? options.kv_cache_memory
-                           : m.backend->Name() != "cpu" ? DeviceKvBudget(m, options)
-                                                        : 0;
+  // Block tables are shared, so every rank's pool has the same block count:
+  // the smallest of the ranks' device budgets.
+  size_t kv_budget = options.kv_cache_memory;
+  if (kv_budget == 0 && m.backend->Name() != "cpu") {
+    kv_budget = DeviceKvBudget(m, *m.backend, options);
+    for (int r = 1; r < world; ++r) {
+      kv_budget = std::min(kv_budget, DeviceKvBudget(m, m.rank_backend(r), options));
+    }
+  }
   layout.num_blocks = kv_budget > 0 ? PagedKvCache::BlocksForBudget(kv_budget, c.num_hidden_layers,
                                                                     layout, options.kv_sink_tokens)
                                     : blocks_for_one_seq;
@@ -408,6 +435,7 @@ std::vector<RankMemory> DescribeRanks(const LoadedModel& m) {
   for (int r = 0; r < m.tensor_parallel_size(); ++r) {
     RankMemory rm;
     rm.rank = r;
+    rm.cuda_device = kernels::CudaDeviceOf(m.rank_backend(r));
     rm.weight_bytes = m.rank_model(r).weights().BytesByPrecision();
     if (m.cache) {
       const PagedKvCache& cache = m.cache->Rank(r);

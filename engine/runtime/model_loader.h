@@ -59,10 +59,13 @@ std::vector<RankMemory> DescribeRanks(const LoadedModel& m);
 /// tq key statistics when the KV dtype needs them, and allocates the KV pool
 /// (options.kv_cache_memory bytes; 0 = one max_model_len sequence; it must
 /// hold at least one, as in vLLM). With options.tensor_parallel_size N > 1,
-/// builds N CPU ranks (each num_threads / N compute threads, its weight
-/// slices, and a pool of its KV heads sized by kv_cache_memory, so the budget
-/// is per rank as --gpu-memory-utilization is per GPU). Throws tq::Error
-/// naming the flag or file.
+/// builds N ranks, each with its weight slices and a pool of its KV heads:
+/// on CUDA devices 0..N-1 joined by NCCL (--device cuda, or auto with N
+/// devices; ChooseTpDevices), else on N CPU backends of num_threads / N
+/// compute threads joined by the in-process communicator. kv_cache_memory is
+/// each rank's budget; without it, --gpu-memory-utilization applies to each
+/// rank's GPU and the pool (the same block count on every rank) is the
+/// smallest of those budgets. Throws tq::Error naming the flag or file.
 LoadedModel LoadModel(const EngineOptions& options);
 
 /// Runs tokens[begin, end) of one sequence (positions before `begin` already

@@ -27,4 +27,7 @@ std::unique_ptr<Backend> CreateCudaBackend(int device);
 /// for any other backend.
 void* CudaBackendStream(Backend& backend);
 
+/// The device index of a CUDA backend; -1 for any other backend.
+int CudaBackendDevice(const Backend& backend);
+
 }  // namespace tq::kernels

@@ -17,6 +17,8 @@
 
 #include "engine/common/error.h"
 #include "engine/kv/kv_cache.h"
+#include "engine/parallel/nccl_communicator.h"
+#include "engine/parallel/tp_devices.h"
 #include "engine/parallel/tp_plan.h"
 #include "engine/quant/quant_config.h"
 #include "engine/runtime/engine_client.h"
@@ -204,8 +206,16 @@ void RunServe(ServeArgs& args) {
     if (!dir.has_filename()) dir = dir.parent_path();
     args.http.served_model_name = dir.filename().string();
   }
-  // On a GPU the pool is sized by --gpu-memory-utilization (kv_cache_memory 0).
-  if (!args.kv_cache_memory_set && !kernels::ResolvesToCuda(args.engine.device)) {
+  // Where the ranks will run (a --device cuda machine with too few GPUs fails
+  // here). On GPUs the pool is sized by --gpu-memory-utilization (kv_cache_memory 0).
+  bool on_cuda = kernels::ResolvesToCuda(args.engine.device);
+  if (args.engine.tensor_parallel_size > 1) {
+    std::string why;
+    on_cuda = ChooseTpDevices(args.engine.device, args.engine.tensor_parallel_size,
+                              kernels::CudaDeviceCount(&why), NcclBuilt(), why)
+                  .cuda;
+  }
+  if (!args.kv_cache_memory_set && !on_cuda) {
     args.engine.kv_cache_memory = DefaultKvCacheMemory(files.config, args.engine);
   }
   args.http.log_requests = !args.disable_log_requests;
@@ -245,8 +255,11 @@ void RunServe(ServeArgs& args) {
     for (const RankMemory& r : engine->info().ranks) {
       size_t weights = 0;
       for (const auto& [precision, bytes] : r.weight_bytes) weights += bytes;
-      spdlog::info("rank {}/{}: weights {} bytes, KV pool {} bytes, {} tokens", r.rank,
-                   engine->info().ranks.size(), weights, r.kv_cache_bytes, r.kv_capacity_tokens);
+      const std::string device =
+          r.cuda_device >= 0 ? "cuda:" + std::to_string(r.cuda_device) : "cpu";
+      spdlog::info("rank {}/{} on {}: weights {} bytes, KV pool {} bytes, {} tokens", r.rank,
+                   engine->info().ranks.size(), device, weights, r.kv_cache_bytes,
+                   r.kv_capacity_tokens);
     }
   } catch (...) {
     server.Stop();

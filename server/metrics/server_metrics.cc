@@ -301,13 +301,23 @@ void ServerMetrics::Impl::SetProcessGauges(const EngineInfo& info) {
   resident_bytes.Assign(resident);
 
   std::vector<std::pair<Labels, double>> device;
-  kernels::DeviceMemoryInfo gpu;
-  if (info.device == "cuda" && kernels::QueryCudaDeviceMemory(0, &gpu)) {
-    // cudaMemGetInfo: the whole device, as nvidia-smi's memory.used.
-    device.push_back(
-        {{{"device", "cuda"}, {"kind", "total"}}, static_cast<double>(gpu.total_bytes)});
-    device.push_back({{{"device", "cuda"}, {"kind", "used"}},
-                      static_cast<double>(gpu.total_bytes - gpu.free_bytes)});
+  if (info.device == "cuda") {
+    // One series pair per tensor-parallel rank, each of its own GPU
+    // (cudaMemGetInfo: the whole device, as nvidia-smi's memory.used).
+    std::vector<std::pair<int, int>> rank_devices;  // (rank, CUDA device)
+    for (const RankMemory& r : info.ranks) {
+      if (r.cuda_device >= 0) rank_devices.push_back({r.rank, r.cuda_device});
+    }
+    if (info.ranks.empty()) rank_devices.push_back({0, 0});
+    for (const auto& [rank, index] : rank_devices) {
+      kernels::DeviceMemoryInfo gpu;
+      if (!kernels::QueryCudaDeviceMemory(index, &gpu)) continue;
+      const std::string r = std::to_string(rank);
+      device.push_back({{{"device", "cuda"}, {"kind", "total"}, {"rank", r}},
+                        static_cast<double>(gpu.total_bytes)});
+      device.push_back({{{"device", "cuda"}, {"kind", "used"}, {"rank", r}},
+                        static_cast<double>(gpu.total_bytes - gpu.free_bytes)});
+    }
   } else if (info.device == "cpu") {
     if (std::optional<uint64_t> total = HostMemTotalBytes()) {
       device.push_back({{{"device", "cpu"}, {"kind", "total"}}, static_cast<double>(*total)});

@@ -3,9 +3,11 @@
 # a C++ compiler only: builds the engine + CUDA kernels (no server, no
 # sentencepiece; GoogleTest and nlohmann/json come from third_party/carry/),
 # runs every CUDA test (each op against the CPU backend, end-to-end greedy on
-# the bundled model; the NCCL communicator's collectives over this machine's
-# GPUs, i.e. TP=1 through NCCL on one GPU, when NCCL is installed) and the
-# kernel benchmarks, and prints a short table.
+# the bundled model; with NCCL installed, tq_test_nccl: the NCCL
+# communicator's collectives over this machine's GPUs and tensor-parallel
+# greedy decoding against the CPU, TP=1 through NCCL on one GPU and TP=2/4 when
+# the machine has that many GPUs) and the kernel benchmarks, and prints a
+# short table (the tensor-parallel tests listed one per line).
 # Budget: under 8 minutes on 16 cores (build ~3-4 min for sm_90 only).
 #
 # Here (once):  tests/cuda/prepare_carry.sh
@@ -57,12 +59,13 @@ log "built"
 build-device/bin/tq_test_cuda --gtest_output="xml:$out/cuda_tests.xml" > "$out/cuda_tests.log" 2>&1
 tests_rc=$?
 if [[ -x build-device/bin/tq_test_nccl ]]; then
-  build-device/bin/tq_test_nccl --gtest_output="xml:$out/nccl_tests.xml" >> "$out/cuda_tests.log" 2>&1 ||
-    tests_rc=1
+  # A collective that never completes (first GPU run of TP) must not eat the budget.
+  timeout 300 build-device/bin/tq_test_nccl --gtest_output="xml:$out/nccl_tests.xml" \
+    >> "$out/cuda_tests.log" 2>&1 || tests_rc=1
 else
   log "NCCL not found: tq_test_nccl not built"
 fi
-grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|tq3 KV|Failure|Expected|Which is|worst" "$out/cuda_tests.log" | head -60
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|tq3 KV|Failure|Expected|Which is|worst|TP=|^rank " "$out/cuda_tests.log" | head -60
 log "tests rc=$tests_rc"
 
 if [[ $bench == 1 ]]; then
@@ -78,6 +81,12 @@ fi
   # Per-test result lines end in "(N ms)"; gtest's closing lists do not.
   count() { grep -cE "^\[ *$1 *\] .* \([0-9]+ ms\)\$" "$out/cuda_tests.log"; }
   echo "tests: $(count OK) passed, $(count FAILED) failed, $(count SKIPPED) skipped"
+  # Tensor parallelism on CUDA (issue 8): each test's result, and the token
+  # and logit comparisons it printed (a skip says how many GPUs there were).
+  grep -E "^\[ *(OK|FAILED|SKIPPED) *\] (CudaTensorParallel|NcclCommunicator)\..* \([0-9]+ ms\)\$" \
+    "$out/cuda_tests.log" |
+    sed 's/^/  /'
+  grep -E "CUDA TP=[0-9]|TP=[0-9] needs" "$out/cuda_tests.log" | sed 's/^/    /'
   [[ -f $out/bench.txt ]] && cat "$out/bench.txt"
   echo "wall: $(($(date +%s) - start)) s"
 } > "$out/summary.txt"

@@ -13,6 +13,7 @@
 
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
+#include "kernels/backend_factory.h"
 #include "tests/unit/temp_dir_test.h"
 
 namespace tq {
@@ -212,6 +213,10 @@ TEST_F(CliTest, ServeRejectsBadModelFlagsBeforeListening) {
   ExpectOneLineError(r, {"q.json", "group_size 5 does not divide"});
   r = Run("serve --port 0 --tensor-parallel-size 3");
   ExpectOneLineError(r, {"tensor-parallel-size"});
+  if (kernels::CudaDeviceCount() < 2) {  // one rank per GPU
+    r = Run("serve --port 0 --device cuda --tensor-parallel-size 2");
+    ExpectOneLineError(r, {"--device cuda: --tensor-parallel-size 2 needs 2 CUDA devices, found"});
+  }
 }
 
 // At TP=2 the weights line is rank 0's share and says so (it used to read as

@@ -15,11 +15,10 @@
 #include <vector>
 
 #include "engine/common/error.h"
-#include "engine/kv/block_pool.h"
 #include "engine/kv/kv_calibration.h"
-#include "engine/model/random_model.h"
 #include "engine/runtime/model_loader.h"
 #include "tests/unit/temp_dir_test.h"
+#include "tests/unit/tp_test_util.h"
 
 namespace tq {
 namespace {
@@ -36,33 +35,13 @@ constexpr int kSteps = 128;
 constexpr double kFp32Tolerance = 1e-4;
 constexpr double kTq3Tolerance = 1e-3;
 
-struct GreedyRun {
-  std::vector<int32_t> tokens;             // generated
-  std::vector<std::vector<float>> logits;  // [step][vocab]
-};
+using testing::GreedyRun;
 
 // Prefills `prompt` in one step, then decodes kSteps tokens greedily one step
 // at a time (each step's logits kept).
 GreedyRun Greedy(const EngineOptions& options, const std::vector<int32_t>& prompt) {
   LoadedModel m = LoadModel(options);
-  BlockPool pool(m.cache->layout().num_blocks);
-  BlockTable table(m.cache->layout().block_size);
-  std::vector<int32_t> seq = prompt;
-  EXPECT_TRUE(table.EnsureCapacity(pool, static_cast<int32_t>(prompt.size()) + kSteps));
-  GreedyRun run;
-  int32_t done = 0;
-  for (int step = 0; step < kSteps; ++step) {
-    std::vector<float> logits;
-    PrefillSequence(*m.model, *m.cache, table, seq, done, 512, false, &logits);
-    done = static_cast<int32_t>(seq.size());
-    const auto best =
-        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    run.tokens.push_back(best);
-    run.logits.push_back(std::move(logits));
-    seq.push_back(best);
-  }
-  table.Release(pool);
-  return run;
+  return testing::GreedyDecode(*m.model, *m.cache, prompt, kSteps);
 }
 
 EngineOptions Options(const std::string& dir, kernels::KvDtype dtype, int tp,
@@ -119,24 +98,10 @@ class RandomTensorParallel : public testing::TempDirTest {
   // A random Llama (3 layers) with the bundled tokenizer (vocab 512).
   std::string Write(int32_t heads, int32_t kv_heads, int32_t head_dim = 16, int32_t hidden = 0,
                     int32_t intermediate = 352) {
-    RandomModelSpec spec;
-    ModelConfig& c = spec.config;
-    c.hidden_size = hidden > 0 ? hidden : heads * head_dim;
-    c.num_attention_heads = heads;
-    c.num_key_value_heads = kv_heads;
-    c.head_dim = head_dim;
-    c.intermediate_size = intermediate;
-    c.num_hidden_layers = 3;
-    c.vocab_size = 512;
-    c.max_position_embeddings = 512;
-    c.rms_norm_eps = 1e-5;
-    c.bos_token_id = 1;
-    c.eos_token_ids = {2};
-    spec.dtype = TensorDtype::kF32;
-    spec.seed = 8;
     const std::string dir = Path("h" + std::to_string(heads) + "kv" + std::to_string(kv_heads) +
-                                 "d" + std::to_string(c.hidden_size));
-    WriteRandomModel(dir, spec, std::string(TQ_MODEL_DIR) + "/tokenizer.model");
+                                 "d" + std::to_string(hidden > 0 ? hidden : heads * head_dim));
+    testing::WriteRandomTpModel(dir, std::string(TQ_MODEL_DIR) + "/tokenizer.model", heads,
+                                kv_heads, head_dim, hidden, intermediate);
     return dir;
   }
 };

@@ -1,0 +1,74 @@
+// Helpers of the tensor-parallel tests (CPU in tests/unit, CUDA in
+// tests/cuda): greedy decoding that keeps every step's logits, and the small
+// random checkpoints whose heads split across ranks.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/kv/block_pool.h"
+#include "engine/kv/kv_cache.h"
+#include "engine/model/llama_model.h"
+#include "engine/model/random_model.h"
+#include "engine/runtime/model_loader.h"
+
+namespace tq::testing {
+
+struct GreedyRun {
+  std::vector<int32_t> tokens;             // generated
+  std::vector<std::vector<float>> logits;  // [step][vocab]
+};
+
+/// Prefills `prompt` in one step, then decodes `steps` tokens greedily (argmax,
+/// first index on ties) one step at a time, through `model`'s Forward with a
+/// fresh block table in `cache`.
+inline GreedyRun GreedyDecode(LlamaModel& model, PagedKvCache& cache,
+                              const std::vector<int32_t>& prompt, int steps) {
+  BlockPool pool(cache.layout().num_blocks);
+  BlockTable table(cache.layout().block_size);
+  std::vector<int32_t> seq = prompt;
+  EXPECT_TRUE(table.EnsureCapacity(pool, static_cast<int32_t>(prompt.size()) + steps));
+  GreedyRun run;
+  int32_t done = 0;
+  for (int step = 0; step < steps; ++step) {
+    std::vector<float> logits;
+    PrefillSequence(model, cache, table, seq, done, 512, false, &logits);
+    done = static_cast<int32_t>(seq.size());
+    const auto best =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    run.tokens.push_back(best);
+    run.logits.push_back(std::move(logits));
+    seq.push_back(best);
+  }
+  table.Release(pool);
+  return run;
+}
+
+/// Writes a random fp32 Llama (3 layers, seed 8) with the bundled tokenizer
+/// (vocab 512) to `dir`; hidden 0 = heads × head_dim.
+inline void WriteRandomTpModel(const std::string& dir, const std::string& tokenizer_model,
+                               int32_t heads, int32_t kv_heads, int32_t head_dim = 16,
+                               int32_t hidden = 0, int32_t intermediate = 352) {
+  RandomModelSpec spec;
+  ModelConfig& c = spec.config;
+  c.hidden_size = hidden > 0 ? hidden : heads * head_dim;
+  c.num_attention_heads = heads;
+  c.num_key_value_heads = kv_heads;
+  c.head_dim = head_dim;
+  c.intermediate_size = intermediate;
+  c.num_hidden_layers = 3;
+  c.vocab_size = 512;
+  c.max_position_embeddings = 512;
+  c.rms_norm_eps = 1e-5;
+  c.bos_token_id = 1;
+  c.eos_token_ids = {2};
+  spec.dtype = TensorDtype::kF32;
+  spec.seed = 8;
+  WriteRandomModel(dir, spec, tokenizer_model);
+}
+
+}  // namespace tq::testing
