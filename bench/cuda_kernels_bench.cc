@@ -3,11 +3,14 @@
 //  2. decode paged attention, batch 32, head_dim 128, 8 KV / 32 query heads,
 //     contexts 4k and 16k, KV fp16 / int8 / tq3: bytes of K/V records read
 //     per second against the copy bandwidth, and tq3's speed-up over fp16;
-//  3. one decode step (batch 1, 1024-token context) of a random
+//  3. chunked-prefill attention: one sequence, a 2048-token chunk over a 2k
+//     and an 8k context, fp16 / tq3, the query-tiled prefill kernel against
+//     the per-token path (PagedAttentionParams::host_token_seq left null);
+//  4. one decode step (batch 1, 1024-token context) of a random
 //     Llama-3-8B-shape model with bf16 weights and a tq3 KV cache, against
 //     the weight-bandwidth roofline (weight bytes / copy bandwidth).
 // Timing: cudaEvents on the backend's stream, warm-up, median of many runs.
-// Usage: tq_bench_cuda [--quick]  (quick: fewer repetitions, 4k only)
+// Usage: tq_bench_cuda [--quick]  (quick: fewer repetitions, 4k / 2k contexts only)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -127,53 +130,91 @@ double CopyBandwidth(Bench& b) {
   return 2.0 * bytes / (ms * 1e-3);  // read + write
 }
 
-// Decode attention: returns milliseconds; *bytes = K/V record bytes read.
-double DecodeAttention(Bench& b, KvDtype dtype, int32_t ctx, double* bytes) {
-  constexpr int32_t kBatch = 32, kKvHeads = 8, kHeads = 32, kHd = 128, kBs = 16;
-  tq::kernels::KvLayout l{dtype, kBatch * ctx / kBs, kBs, kKvHeads, kHd};
-  BackendBuffer kpool(b.backend, l.BlockBytes() * l.num_blocks);
-  BackendBuffer vpool(b.backend, l.VBlockBytes() * l.num_blocks);
-  std::unique_ptr<TqCodec> tq;
-  if (tq::kernels::KvStoresPreRopeKeys(dtype)) tq = std::make_unique<TqCodec>(dtype, kHd, ctx);
-  tq::kernels::KvLayerView view{kpool.data(), vpool.data(), l, tq ? &tq->codec : nullptr};
-  // Shuffled block tables; every position written through KvWrite.
-  std::vector<int32_t> blocks(l.num_blocks);
-  std::iota(blocks.begin(), blocks.end(), 0);
-  std::shuffle(blocks.begin(), blocks.end(), std::mt19937(7));
-  const int32_t per_seq = ctx / kBs;
-  BackendBuffer tables = b.Upload(blocks);
-  const int32_t chunk = 65536;  // tokens per KvWrite call
-  for (int32_t t0 = 0; t0 < kBatch * ctx; t0 += chunk) {
-    const int32_t n = std::min(chunk, kBatch * ctx - t0);
-    std::vector<int32_t> slots(n);
-    for (int32_t i = 0; i < n; ++i) {
-      const int32_t s = (t0 + i) / ctx, j = (t0 + i) % ctx;
-      slots[i] = blocks[static_cast<size_t>(s) * per_seq + j / kBs] * kBs + j % kBs;
+// A paged KV pool of `seqs` sequences × `ctx` positions (head_dim 128, 8 KV
+// heads, block size 16, shuffled block tables), every position written
+// through KvWrite, and attention params over it for 32 query heads.
+struct AttentionSetup {
+  static constexpr int32_t kKvHeads = 8, kHeads = 32, kHd = 128, kBs = 16;
+  AttentionSetup(Bench& b, KvDtype dtype, int32_t seqs, int32_t ctx)
+      : layout{dtype, seqs * ctx / kBs, kBs, kKvHeads, kHd},
+        kpool(b.backend, layout.BlockBytes() * layout.num_blocks),
+        vpool(b.backend, layout.VBlockBytes() * layout.num_blocks) {
+    if (tq::kernels::KvStoresPreRopeKeys(dtype)) tq = std::make_unique<TqCodec>(dtype, kHd, ctx);
+    view = {kpool.data(), vpool.data(), layout, tq ? &tq->codec : nullptr};
+    std::vector<int32_t> blocks(layout.num_blocks);
+    std::iota(blocks.begin(), blocks.end(), 0);
+    std::shuffle(blocks.begin(), blocks.end(), std::mt19937(7));
+    per_seq = ctx / kBs;
+    tables = b.Upload(blocks);
+    const int32_t chunk = 65536;  // tokens per KvWrite call
+    for (int32_t t0 = 0; t0 < seqs * ctx; t0 += chunk) {
+      const int32_t n = std::min(chunk, seqs * ctx - t0);
+      std::vector<int32_t> slots(n);
+      for (int32_t i = 0; i < n; ++i) {
+        const int32_t s = (t0 + i) / ctx, j = (t0 + i) % ctx;
+        slots[i] = blocks[static_cast<size_t>(s) * per_seq + j / kBs] * kBs + j % kBs;
+      }
+      BackendBuffer k = b.Random(static_cast<size_t>(n) * kKvHeads * kHd, 1 + t0);
+      BackendBuffer v = b.Random(static_cast<size_t>(n) * kKvHeads * kHd, 2 + t0);
+      BackendBuffer dslots = b.Upload(slots);
+      b.backend->KvWrite({k.as<float>(), v.as<float>(), dslots.as<int32_t>(), n, view, nullptr});
     }
-    BackendBuffer k = b.Random(static_cast<size_t>(n) * kKvHeads * kHd, 1 + t0);
-    BackendBuffer v = b.Random(static_cast<size_t>(n) * kKvHeads * kHd, 2 + t0);
-    BackendBuffer dslots = b.Upload(slots);
-    b.backend->KvWrite({k.as<float>(), v.as<float>(), dslots.as<int32_t>(), n, view, nullptr});
   }
+  // Params for query tokens (token_seq, token_pos), host copies kept here.
+  tq::kernels::PagedAttentionParams Params(Bench& b, std::vector<int32_t> token_seq,
+                                           const std::vector<int32_t>& token_pos) {
+    seq = std::move(token_seq);
+    const int32_t n = static_cast<int32_t>(seq.size());
+    dseq = b.Upload(seq);
+    dpos = b.Upload(token_pos);
+    q = b.Random(static_cast<size_t>(n) * kHeads * kHd, 3);
+    out = BackendBuffer(b.backend, static_cast<size_t>(n) * kHeads * kHd * sizeof(float));
+    tq::kernels::PagedAttentionParams p;
+    p.q = q.as<float>();
+    p.out = out.as<float>();
+    p.token_seq = dseq.as<int32_t>();
+    p.token_pos = dpos.as<int32_t>();
+    p.host_token_seq = seq.data();
+    p.block_tables = tables.as<int32_t>();
+    p.num_tokens = n;
+    p.num_heads = kHeads;
+    p.max_blocks_per_seq = per_seq;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(kHd));
+    p.cache = view;
+    return p;
+  }
+  double RecordBytes() const { return layout.KRecord().bytes() + layout.VRecord().bytes(); }
+
+  tq::kernels::KvLayout layout;
+  BackendBuffer kpool, vpool, tables, dseq, dpos, q, out;
+  std::unique_ptr<TqCodec> tq;
+  tq::kernels::KvLayerView view;
+  int32_t per_seq = 0;
+  std::vector<int32_t> seq;
+};
+
+// Decode attention, batch 32: returns milliseconds; *bytes = K/V record bytes read.
+double DecodeAttention(Bench& b, KvDtype dtype, int32_t ctx, double* bytes) {
+  constexpr int32_t kBatch = 32;
+  AttentionSetup setup(b, dtype, kBatch, ctx);
   std::vector<int32_t> seq(kBatch), pos(kBatch, ctx - 1);
   std::iota(seq.begin(), seq.end(), 0);
-  BackendBuffer dseq = b.Upload(seq), dpos = b.Upload(pos);
-  BackendBuffer q = b.Random(static_cast<size_t>(kBatch) * kHeads * kHd, 3);
-  BackendBuffer out(b.backend, static_cast<size_t>(kBatch) * kHeads * kHd * sizeof(float));
-  tq::kernels::PagedAttentionParams p;
-  p.q = q.as<float>();
-  p.out = out.as<float>();
-  p.token_seq = dseq.as<int32_t>();
-  p.token_pos = dpos.as<int32_t>();
-  p.block_tables = tables.as<int32_t>();
-  p.num_tokens = kBatch;
-  p.num_heads = kHeads;
-  p.max_blocks_per_seq = per_seq;
-  p.scale = 1.0f / std::sqrt(static_cast<float>(kHd));
-  p.cache = view;
-  *bytes =
-      static_cast<double>(kBatch) * ctx * kKvHeads * (l.KRecord().bytes() + l.VRecord().bytes());
+  const tq::kernels::PagedAttentionParams p = setup.Params(b, seq, pos);
+  *bytes = static_cast<double>(kBatch) * ctx * AttentionSetup::kKvHeads * setup.RecordBytes();
   return MedianMs(b.stream, 3, b.iters, [&] { b.backend->PagedAttention(p); });
+}
+
+// Chunked-prefill attention: one sequence, the last `chunk` positions of a
+// `ctx`-position context as query tokens. tiled: with the host copy of
+// token_seq (the query-tiled prefill kernel); else without it (every token
+// through the per-token decode kernel, the path before the prefill kernel).
+double PrefillAttention(Bench& b, KvDtype dtype, int32_t chunk, int32_t ctx, bool tiled) {
+  AttentionSetup setup(b, dtype, 1, ctx);
+  std::vector<int32_t> pos(chunk);
+  std::iota(pos.begin(), pos.end(), ctx - chunk);
+  tq::kernels::PagedAttentionParams p = setup.Params(b, std::vector<int32_t>(chunk, 0), pos);
+  if (!tiled) p.host_token_seq = nullptr;
+  return MedianMs(b.stream, 2, std::max(3, b.iters / 6), [&] { b.backend->PagedAttention(p); });
 }
 
 // One decode step of a Llama-3-8B-shape model, batch 1 at position ctx - 1.
@@ -310,6 +351,24 @@ int main(int argc, char** argv) {
         std::snprintf(name, sizeof(name), "decode attn ctx %d tq3 speed-up over fp16", ctx);
         std::printf("%-44s %11.2fx\n", name, fp16_ms / ms);
       }
+    }
+  }
+  std::vector<int32_t> prefill_contexts = {2048, 8192};
+  if (quick) prefill_contexts = {2048};
+  for (const int32_t ctx : prefill_contexts) {
+    for (const KvDtype dtype : {KvDtype::kF16, KvDtype::kTq3}) {
+      const std::string dt(tq::kernels::KvDtypeName(dtype));
+      const double per_token = PrefillAttention(b, dtype, 2048, ctx, false);
+      const double tiled = PrefillAttention(b, dtype, 2048, ctx, true);
+      char name[96];
+      std::snprintf(name, sizeof(name), "prefill attn 2k chunk ctx %d %s per-token: ms", ctx,
+                    dt.c_str());
+      std::printf("%-44s %12.3f\n", name, per_token);
+      std::snprintf(name, sizeof(name), "prefill attn 2k chunk ctx %d %s tiled: ms", ctx,
+                    dt.c_str());
+      std::printf("%-44s %12.3f\n", name, tiled);
+      std::snprintf(name, sizeof(name), "prefill attn ctx %d %s tiled speed-up", ctx, dt.c_str());
+      std::printf("%-44s %11.2fx\n", name, per_token / tiled);
     }
   }
   double weight_bytes = 0.0;

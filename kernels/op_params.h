@@ -132,6 +132,10 @@ struct PagedAttentionParams {
   int32_t max_blocks_per_seq = 0;
   float scale = 1.0f;  // softmax scale, usually 1/sqrt(head_dim)
   KvLayerView cache;
+  // Optional host copy of token_seq (same contents), for backends that plan
+  // launches by the batch layout (CUDA: runs of one sequence's tokens go to
+  // the query-tiled prefill kernel). Null: layout unknown; results are the same.
+  const int32_t* host_token_seq = nullptr;
 };
 
 }  // namespace tq::kernels

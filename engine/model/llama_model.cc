@@ -172,6 +172,7 @@ void LlamaModel::ForwardRank(const ForwardBatch& batch, PagedKvCache& cache,
   in.ids = ids_.as<int32_t>();
   in.positions = positions_.as<int32_t>();
   in.token_seq = token_seq_.as<int32_t>();
+  in.host_token_seq = batch.token_seq.data();
   in.slots = slots_.as<int32_t>();
   in.block_tables = block_tables_.as<int32_t>();
   in.num_tokens = n;
@@ -263,6 +264,7 @@ void LlamaModel::Attention(int32_t layer, const StepInputs& in, PagedKvCache& ca
   p.out = attn_.as<float>();
   p.token_seq = in.token_seq;
   p.token_pos = in.positions;
+  p.host_token_seq = in.host_token_seq;
   p.block_tables = in.block_tables;
   p.num_tokens = n;
   p.num_heads = plan_.num_heads;

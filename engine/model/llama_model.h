@@ -110,6 +110,7 @@ class LlamaModel {
     const int32_t* ids = nullptr;
     const int32_t* positions = nullptr;
     const int32_t* token_seq = nullptr;
+    const int32_t* host_token_seq = nullptr;  // host copy (eager steps): CUDA tiles prefill
     const int32_t* slots = nullptr;
     const int32_t* block_tables = nullptr;
     int32_t num_tokens = 0;

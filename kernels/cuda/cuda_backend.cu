@@ -83,6 +83,7 @@ class CudaBackend final : public Backend {
     for (auto& [key, m] : rope_mirrors_) cudaFree(m.memory);
     if (gemm_workspace_) cudaFree(gemm_workspace_);
     if (attn_workspace_) cudaFree(attn_workspace_);
+    if (layout_buffer_) cudaFree(layout_buffer_);
     if (cublas_workspace_) cudaFree(cublas_workspace_);
     cublasDestroy(cublas_);
     cudaStreamDestroy(stream_);
@@ -156,6 +157,7 @@ class CudaBackend final : public Backend {
   }
   void PagedAttention(const PagedAttentionParams& p) override;
   void QuantMatMul(const MatMulParams& p);
+  const int32_t* UploadLayout(const cuda::AttentionBatchLayout& layout);
   std::unique_ptr<BackendGraph> CaptureGraph(const std::function<void()>& record) override;
 
   /// Bumped whenever memory that a captured graph may point at is freed.
@@ -329,6 +331,9 @@ class CudaBackend final : public Backend {
   size_t gemm_workspace_bytes_ = 0;
   void* attn_workspace_ = nullptr;
   size_t attn_workspace_bytes_ = 0;
+  void* layout_buffer_ = nullptr;
+  size_t layout_buffer_bytes_ = 0;
+  std::vector<int32_t> layout_host_;  // what layout_buffer_ holds
   void* cublas_workspace_ = nullptr;
   bool capturing_ = false;
   uint64_t epoch_ = 0;
@@ -407,13 +412,34 @@ void CudaBackend::PagedAttention(const PagedAttentionParams& p) {
   if (p.num_tokens == 0) return;
   Select();
   const DeviceTqCodec* tq = MirrorTq(p.cache);
-  const cuda::AttentionPlan plan = cuda::PlanAttention(p, num_sms_);
+  const cuda::AttentionBatchLayout layout = cuda::PlanAttentionBatch(p);
+  const cuda::AttentionPlan plan = cuda::PlanAttention(p, num_sms_, layout);
   float* workspace = nullptr;
   if (plan.splits > 1) {
     workspace = static_cast<float*>(
         Scratch(&attn_workspace_, &attn_workspace_bytes_, plan.WorkspaceFloats(p) * sizeof(float)));
   }
-  cuda::LaunchPagedAttention(p, tq, plan, workspace, stream_);
+  cuda::LaunchPagedAttention(p, tq, plan, workspace, stream_, layout, UploadLayout(layout));
+}
+
+// Device copy of the layout's tiles then decode tokens, or null without
+// tiles (or during a graph capture, where a copy from pageable memory is not
+// allowed: every token then takes the decode kernel). Every layer of a step
+// has the same layout: it is uploaded once.
+const int32_t* CudaBackend::UploadLayout(const cuda::AttentionBatchLayout& layout) {
+  if (layout.tiles.empty() || capturing_) return nullptr;
+  std::vector<int32_t> flat(layout.tiles);
+  flat.insert(flat.end(), layout.decode.begin(), layout.decode.end());
+  if (flat != layout_host_) {
+    Scratch(&layout_buffer_, &layout_buffer_bytes_, flat.size() * sizeof(int32_t));
+    layout_host_ = std::move(flat);
+    // Pageable source: staged before the call returns; ordered on the stream
+    // after the kernels that read the previous layout.
+    TQ_CUDA_CHECK(cudaMemcpyAsync(layout_buffer_, layout_host_.data(),
+                                  layout_host_.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                  stream_));
+  }
+  return static_cast<const int32_t*>(layout_buffer_);
 }
 
 // Stream capture in thread-local mode: only this thread's unsafe calls

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/op_params.h"
 
@@ -46,6 +47,23 @@ void LaunchFromHalf(const uint16_t* src, float* dst, int64_t n, bool accumulate,
 /// KV write for every KvDtype; `tq` is required for kTq3/kTq4.
 void LaunchKvWrite(const KvWriteParams& p, const DeviceTqCodec* tq, cudaStream_t stream);
 
+/// Tokens of one PagedAttention call grouped for the two attention kernels
+/// (host side, from PagedAttentionParams::host_token_seq): every run of at
+/// least kPrefillMinRun consecutive tokens of one sequence (a prefill chunk)
+/// is cut into tiles of up to `tile_tokens` tokens for the query-tiled prefill
+/// kernel; every other token (decode) goes to the per-token decode kernel.
+/// Without host_token_seq every token decodes (tiles empty, decode empty).
+struct AttentionBatchLayout {
+  int32_t tile_tokens = 0;      // query tokens per tile (from the GQA group and head_dim)
+  std::vector<int32_t> tiles;   // [num_tiles][2]: first token, token count
+  std::vector<int32_t> decode;  // tokens of the decode kernel, in batch order (with tiles)
+  int32_t num_tiles() const { return static_cast<int32_t>(tiles.size() / 2); }
+};
+/// Shortest run of one sequence's tokens that goes to the prefill kernel
+/// (a design choice, to be tuned on the GPU: bench/cuda_kernels_bench.cc).
+constexpr int32_t kPrefillMinRun = 4;
+AttentionBatchLayout PlanAttentionBatch(const PagedAttentionParams& p);
+
 /// Split-K plan of one PagedAttention call: `splits` partitions of
 /// `split_len` positions each; splits > 1 needs WorkspaceFloats() floats of
 /// device workspace for the partial results.
@@ -60,12 +78,22 @@ struct AttentionPlan {
 };
 /// Chooses the split count from the longest possible context
 /// (max_blocks_per_seq · block_size, the host does not know token_pos) and
-/// the number of SMs: split only when tokens × KV heads leave SMs idle.
+/// the number of SMs: split only when the blocks of both kernels (decode
+/// tokens and prefill tiles × KV heads × group chunks) leave SMs idle. The
+/// two-argument form plans for the decode kernel alone.
 AttentionPlan PlanAttention(const PagedAttentionParams& p, int32_t num_sms);
+AttentionPlan PlanAttention(const PagedAttentionParams& p, int32_t num_sms,
+                            const AttentionBatchLayout& layout);
 
-/// Paged attention (decode and prefill alike: each token attends to its
-/// positions [0, token_pos]); `workspace` holds plan.WorkspaceFloats(p) floats.
+/// Paged attention: each token attends to its positions [0, token_pos].
+/// The tokens of layout.decode (all tokens when layout has no tiles) run the
+/// per-token decode kernel, the tiles the query-tiled prefill kernel;
+/// `device_layout` is a device copy of layout.tiles followed by
+/// layout.decode (may be null without tiles); `workspace` holds
+/// plan.WorkspaceFloats(p) floats.
 void LaunchPagedAttention(const PagedAttentionParams& p, const DeviceTqCodec* tq,
-                          const AttentionPlan& plan, float* workspace, cudaStream_t stream);
+                          const AttentionPlan& plan, float* workspace, cudaStream_t stream,
+                          const AttentionBatchLayout& layout = {},
+                          const int32_t* device_layout = nullptr);
 
 }  // namespace tq::kernels::cuda

@@ -15,87 +15,15 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/warp_ops.cuh"
 
 namespace tq::kernels::cuda {
 namespace {
 
 constexpr int kWarps = 4;
 constexpr int kMaxGroupChunk = 8;
-
-struct AttnArgs {
-  const float* q;
-  float* out;
-  const int32_t* token_seq;
-  const int32_t* token_pos;
-  const int32_t* block_tables;
-  int32_t num_heads;
-  int32_t max_blocks_per_seq;
-  float scale;
-  const uint8_t* kpool;
-  const uint8_t* vpool;
-  KvPoolArgs pool;
-  int32_t group;
-  int32_t group_chunks;
-  int32_t splits;
-  int32_t split_len;
-  float* partial;  // [num_tokens][num_heads][splits][head_dim + 2]: m, l, acc
-};
-
-__device__ __forceinline__ bool IsTq(KvDtype d) {
-  return d == KvDtype::kTq3 || d == KvDtype::kTq4;
-}
-
-// A record of the uncompressed and integer formats (as stored; keys after RoPE).
-template <int VPL>
-__device__ __forceinline__ void DecodePlain(KvDtype dtype, const uint8_t* code,
-                                            const uint8_t* param, int d, float (&x)[VPL]) {
-  const int lane = LaneId();
-  float scale = 0.0f, zero = 0.0f;
-  if (dtype == KvDtype::kInt8 || dtype == KvDtype::kInt4) {
-    scale = LoadHalfBytes(param);
-    zero = LoadHalfBytes(param + 2);
-  }
-#pragma unroll
-  for (int r = 0; r < VPL; ++r) {
-    const int i = lane + 32 * r;
-    float v = 0.0f;
-    if (i < d) {
-      switch (dtype) {
-        case KvDtype::kF32:
-          v = reinterpret_cast<const float*>(code)[i];
-          break;
-        case KvDtype::kF16:
-          v = __half2float(__ushort_as_half(reinterpret_cast<const uint16_t*>(code)[i]));
-          break;
-        case KvDtype::kBF16:
-          v = Bf16BitsToFloat(reinterpret_cast<const uint16_t*>(code)[i]);
-          break;
-        case KvDtype::kInt8:
-          v = scale * static_cast<float>(code[i]) + zero;
-          break;
-        default:  // kInt4
-          v = scale * static_cast<float>((code[i / 2] >> (4 * (i & 1))) & 0xfu) + zero;
-      }
-    }
-    x[r] = v;
-  }
-}
-
-// norm · c[idx_i] for the lane's coordinates (the rotated reconstruction).
-template <int VPL>
-__device__ __forceinline__ void DecodeTqRotated(const uint8_t* code, const uint8_t* param, int d,
-                                                int bits, const float* centroids, float (&x)[VPL]) {
-  const int lane = LaneId();
-  const float norm = LoadHalfBytes(param);
-#pragma unroll
-  for (int r = 0; r < VPL; ++r) {
-    const int i = lane + 32 * r;
-    x[r] = i < d ? norm * centroids[PlaneIndex(code, d, bits, i)] : 0.0f;
-  }
-}
 
 template <int VPL>
 __global__ void __launch_bounds__(kWarps * 32) PagedAttentionKernel(AttnArgs a) {
@@ -107,7 +35,7 @@ __global__ void __launch_bounds__(kWarps * 32) PagedAttentionKernel(AttnArgs a) 
   __shared__ float vc_s[16];
 
   const int d = a.pool.head_dim;
-  const int t = blockIdx.x;
+  const int t = a.token_index ? a.token_index[blockIdx.x] : static_cast<int>(blockIdx.x);
   const int kv_head = blockIdx.y / a.group_chunks;
   const int g0 = (blockIdx.y % a.group_chunks) * kMaxGroupChunk;
   const int ng = min(kMaxGroupChunk, a.group - g0);
@@ -115,7 +43,6 @@ __global__ void __launch_bounds__(kWarps * 32) PagedAttentionKernel(AttnArgs a) 
   const int split = blockIdx.z;
   const int warp = threadIdx.x >> 5;
   const int lane = LaneId();
-  const bool tq = IsTq(a.pool.dtype);
 
   for (int e = threadIdx.x; e < kMaxGroupChunk * 32 * VPL; e += blockDim.x) {
     const int g = e / (32 * VPL);
@@ -123,25 +50,11 @@ __global__ void __launch_bounds__(kWarps * 32) PagedAttentionKernel(AttnArgs a) 
     q_s[g][i] =
         (g < ng && i < d) ? a.q[(static_cast<int64_t>(t) * a.num_heads + head0 + g) * d + i] : 0.0f;
   }
-  if (tq && threadIdx.x < 16) {
-    kc_s[threadIdx.x] =
-        threadIdx.x < (1 << a.pool.key_bits) ? a.pool.tq.k_centroids[threadIdx.x] : 0.0f;
-    vc_s[threadIdx.x] =
-        threadIdx.x < (1 << a.pool.value_bits) ? a.pool.tq.v_centroids[threadIdx.x] : 0.0f;
-  }
+  LoadCentroids(a.pool, kc_s, vc_s);
   __syncthreads();
 
-  // Per-lane constants of the key reconstruction: signs/√d, σ, μ.
-  const float inv_sqrt_d = static_cast<float>(1.0 / sqrt(static_cast<double>(d)));
-  float rot[VPL], sigma[VPL], mu[VPL];
-#pragma unroll
-  for (int r = 0; r < VPL; ++r) {
-    const int i = lane + 32 * r;
-    const int64_t c = static_cast<int64_t>(kv_head) * d + i;
-    rot[r] = (tq && i < d) ? inv_sqrt_d * a.pool.tq.signs[i] : 0.0f;
-    sigma[r] = (tq && i < d && a.pool.tq.k_scale) ? a.pool.tq.k_scale[c] : 1.0f;
-    mu[r] = (tq && i < d && a.pool.tq.k_mean) ? a.pool.tq.k_mean[c] : 0.0f;
-  }
+  KeyRebuild<VPL> kr;
+  kr.Load(a.pool, kv_head);
 
   const int max_ctx = a.max_blocks_per_seq * a.pool.kshape.block_size;
   const int ctx = min(a.token_pos[t] + 1, max_ctx);
@@ -150,8 +63,6 @@ __global__ void __launch_bounds__(kWarps * 32) PagedAttentionKernel(AttnArgs a) 
   const int32_t* table =
       a.block_tables + static_cast<int64_t>(a.token_seq[t]) * a.max_blocks_per_seq;
   const int sink_count = a.pool.sink_k ? min(a.pool.sink_tokens, ctx) : 0;
-  const int bs = a.pool.kshape.block_size;
-  const int half = d / 2;
 
   float m[kMaxGroupChunk], l[kMaxGroupChunk], acc[kMaxGroupChunk][VPL];
 #pragma unroll
@@ -163,44 +74,8 @@ __global__ void __launch_bounds__(kWarps * 32) PagedAttentionKernel(AttnArgs a) 
   }
 
   for (int j = j_begin + warp; j < j_end; j += kWarps) {
-    const int64_t slot = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
     float k[VPL], v[VPL];
-    if (j < sink_count) {  // exact pre-RoPE key and value (tq only)
-      const int64_t row =
-          ((static_cast<int64_t>(table[0]) * a.pool.sink_tokens + j) * a.pool.kshape.num_kv_heads +
-           kv_head) *
-          d;
-#pragma unroll
-      for (int r = 0; r < VPL; ++r) {
-        const int i = lane + 32 * r;
-        k[r] = i < d ? a.pool.sink_k[row + i] : 0.0f;
-        v[r] = i < d ? a.pool.sink_v[row + i] * a.pool.tq.signs[i] : 0.0f;
-      }
-      // The value joins the others in the rotated space: R v = H(s ⊙ v)/√d.
-      WarpWalshHadamard<VPL>(v, d);
-#pragma unroll
-      for (int r = 0; r < VPL; ++r) v[r] *= inv_sqrt_d;
-    } else if (tq) {
-      const uint8_t* kcode = a.kpool + CodeOffset(a.pool.kshape, slot, kv_head);
-      DecodeTqRotated<VPL>(kcode, a.kpool + ParamOffset(a.pool.kshape, slot, kv_head), d,
-                           a.pool.key_bits, kc_s, k);
-      WarpWalshHadamard<VPL>(k, d);
-#pragma unroll
-      for (int r = 0; r < VPL; ++r) k[r] = k[r] * rot[r] * sigma[r] + mu[r];
-      const uint8_t* vcode = a.vpool + CodeOffset(a.pool.vshape, slot, kv_head);
-      DecodeTqRotated<VPL>(vcode, a.vpool + ParamOffset(a.pool.vshape, slot, kv_head), d,
-                           a.pool.value_bits, vc_s, v);
-    } else {
-      DecodePlain<VPL>(a.pool.dtype, a.kpool + CodeOffset(a.pool.kshape, slot, kv_head),
-                       a.kpool + ParamOffset(a.pool.kshape, slot, kv_head), d, k);
-      DecodePlain<VPL>(a.pool.dtype, a.vpool + CodeOffset(a.pool.vshape, slot, kv_head),
-                       a.vpool + ParamOffset(a.pool.vshape, slot, kv_head), d, v);
-    }
-    if (tq) {  // keys are stored before RoPE
-      const int pos = min(j, a.pool.tq.rope_positions - 1);
-      WarpRope<VPL>(k, d, a.pool.tq.rope_cos + static_cast<int64_t>(pos) * half,
-                    a.pool.tq.rope_sin + static_cast<int64_t>(pos) * half);
-    }
+    LoadKeyValue<VPL>(a, kr, kc_s, vc_s, table, kv_head, j, sink_count, k, v);
 #pragma unroll
     for (int g = 0; g < kMaxGroupChunk; ++g) {
       if (g >= ng) break;
@@ -242,33 +117,7 @@ __global__ void __launch_bounds__(kWarps * 32) PagedAttentionKernel(AttnArgs a) 
 #pragma unroll
       for (int r = 0; r < VPL; ++r) o[r] += acc_s[w][g][lane + 32 * r] * f;
     }
-    const int64_t head_row = static_cast<int64_t>(t) * a.num_heads + head0 + g;
-    if (a.splits > 1) {
-      float* part = a.partial + (head_row * a.splits + split) * (d + 2);
-      if (lane == 0) {
-        part[0] = big;
-        part[1] = sum;
-      }
-#pragma unroll
-      for (int r = 0; r < VPL; ++r) {
-        if (lane + 32 * r < d) part[2 + lane + 32 * r] = o[r];
-      }
-      continue;
-    }
-    // A padding row (token_pos < 0) attended to nothing: zeros, not 0/0.
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-#pragma unroll
-    for (int r = 0; r < VPL; ++r) o[r] *= inv;
-    if (tq) {  // Rᵀ once per output: H then signs/√d
-      WarpWalshHadamard<VPL>(o, d);
-#pragma unroll
-      for (int r = 0; r < VPL; ++r) o[r] *= rot[r];
-    }
-    float* out = a.out + head_row * d;
-#pragma unroll
-    for (int r = 0; r < VPL; ++r) {
-      if (lane + 32 * r < d) out[lane + 32 * r] = o[r];
-    }
+    StoreHeadRow<VPL>(a, kr, static_cast<int64_t>(t) * a.num_heads + head0 + g, split, big, sum, o);
   }
 }
 
@@ -314,26 +163,66 @@ __global__ void MergeSplitsKernel(AttnArgs a) {
 }
 
 template <int VPL>
-void Launch(const AttnArgs& a, int32_t num_tokens, int32_t num_kv_heads, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(num_tokens),
+void LaunchDecode(const AttnArgs& a, int32_t num_rows, int32_t num_kv_heads, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(num_rows),
                   static_cast<unsigned>(num_kv_heads * a.group_chunks),
                   static_cast<unsigned>(a.splits));
   PagedAttentionKernel<VPL><<<grid, kWarps * 32, 0, stream>>>(a);
   TQ_CUDA_CHECK_LAUNCH();
-  if (a.splits > 1) {
-    const dim3 merge_grid(static_cast<unsigned>(num_tokens), static_cast<unsigned>(a.num_heads));
-    MergeSplitsKernel<VPL><<<merge_grid, 32, 0, stream>>>(a);
-    TQ_CUDA_CHECK_LAUNCH();
-  }
+}
+
+template <int VPL>
+void LaunchMerge(const AttnArgs& a, int32_t num_tokens, cudaStream_t stream) {
+  const dim3 merge_grid(static_cast<unsigned>(num_tokens), static_cast<unsigned>(a.num_heads));
+  MergeSplitsKernel<VPL><<<merge_grid, 32, 0, stream>>>(a);
+  TQ_CUDA_CHECK_LAUNCH();
+}
+
+// Blocks of one split: decode rows × KV heads × group chunks, plus the
+// prefill tiles × KV heads × their group chunks.
+int64_t BlocksPerSplit(const PagedAttentionParams& p, const AttentionBatchLayout& layout) {
+  const KvLayout& l = p.cache.layout;
+  const int32_t group = p.num_heads / l.num_kv_heads;
+  const int64_t chunks = (group + kMaxGroupChunk - 1) / kMaxGroupChunk;
+  const int64_t decode_rows = layout.tiles.empty() ? p.num_tokens : layout.decode.size();
+  const PrefillTileShape shape = PrefillTiles(group, l.head_dim);
+  return (decode_rows * chunks + static_cast<int64_t>(layout.num_tiles()) * shape.chunks) *
+         l.num_kv_heads;
 }
 
 }  // namespace
 
-AttentionPlan PlanAttention(const PagedAttentionParams& p, int32_t num_sms) {
+AttentionBatchLayout PlanAttentionBatch(const PagedAttentionParams& p) {
+  AttentionBatchLayout layout;
   const KvLayout& l = p.cache.layout;
-  const int32_t group = p.num_heads / l.num_kv_heads;
-  const int64_t chunks = (group + kMaxGroupChunk - 1) / kMaxGroupChunk;
-  const int64_t tasks = static_cast<int64_t>(p.num_tokens) * l.num_kv_heads * chunks;
+  if (l.num_kv_heads <= 0) return layout;
+  layout.tile_tokens = PrefillTiles(p.num_heads / l.num_kv_heads, l.head_dim).tokens;
+  if (!p.host_token_seq) return layout;  // batch layout unknown: every token decodes
+  const int32_t* seq = p.host_token_seq;
+  for (int32_t t = 0; t < p.num_tokens;) {
+    int32_t end = t + 1;
+    while (end < p.num_tokens && seq[end] == seq[t]) ++end;
+    if (end - t >= kPrefillMinRun) {
+      for (int32_t first = t; first < end; first += layout.tile_tokens) {
+        layout.tiles.push_back(first);
+        layout.tiles.push_back(std::min(layout.tile_tokens, end - first));
+      }
+    } else {
+      for (int32_t i = t; i < end; ++i) layout.decode.push_back(i);
+    }
+    t = end;
+  }
+  return layout;
+}
+
+AttentionPlan PlanAttention(const PagedAttentionParams& p, int32_t num_sms) {
+  return PlanAttention(p, num_sms, AttentionBatchLayout{});
+}
+
+AttentionPlan PlanAttention(const PagedAttentionParams& p, int32_t num_sms,
+                            const AttentionBatchLayout& layout) {
+  const KvLayout& l = p.cache.layout;
+  const int64_t tasks = BlocksPerSplit(p, layout);
   const int64_t max_ctx = static_cast<int64_t>(p.max_blocks_per_seq) * l.block_size;
   AttentionPlan plan;
   plan.split_len = static_cast<int32_t>(std::max<int64_t>(max_ctx, 1));
@@ -350,7 +239,8 @@ AttentionPlan PlanAttention(const PagedAttentionParams& p, int32_t num_sms) {
 }
 
 void LaunchPagedAttention(const PagedAttentionParams& p, const DeviceTqCodec* tq,
-                          const AttentionPlan& plan, float* workspace, cudaStream_t stream) {
+                          const AttentionPlan& plan, float* workspace, cudaStream_t stream,
+                          const AttentionBatchLayout& layout, const int32_t* device_layout) {
   if (p.num_tokens == 0) return;
   const KvLayout& l = p.cache.layout;
   AttnArgs a{};
@@ -370,8 +260,22 @@ void LaunchPagedAttention(const PagedAttentionParams& p, const DeviceTqCodec* tq
   a.splits = plan.splits;
   a.split_len = plan.split_len;
   a.partial = workspace;
+  const PrefillTileShape shape = PrefillTiles(a.group, l.head_dim);
+  a.tile_tokens = shape.tokens;
+  a.tile_heads = shape.heads;
+  a.tile_chunks = shape.chunks;
+  const bool tiled = !layout.tiles.empty() && device_layout;
+  int32_t decode_rows = p.num_tokens;
+  if (tiled) {
+    a.tiles = device_layout;
+    a.token_index = device_layout + layout.tiles.size();
+    decode_rows = static_cast<int32_t>(layout.decode.size());
+  }
   DispatchValuesPerLane(l.head_dim, [&](auto vpl) {
-    Launch<decltype(vpl)::value>(a, p.num_tokens, l.num_kv_heads, stream);
+    constexpr int kVpl = decltype(vpl)::value;
+    if (decode_rows > 0) LaunchDecode<kVpl>(a, decode_rows, l.num_kv_heads, stream);
+    if (tiled) LaunchPrefill<kVpl>(a, layout.num_tiles(), l.num_kv_heads, stream);
+    if (a.splits > 1) LaunchMerge<kVpl>(a, p.num_tokens, stream);
   });
 }
 

@@ -3,8 +3,9 @@
 // (fp formats exactly; int8/int4/tq up to rare rounding flips of one code),
 // and attention over the same pool bytes must agree, for decode (one token per
 // sequence, contexts long enough for split-K), prefill chunks (many causal
-// tokens per sequence), GQA groups of 1 to 12, odd block sizes, head_dim 8 to
-// 256 and the tq attention sink. Outputs start as NaN.
+// tokens per sequence; through the query-tiled prefill kernel and through the
+// per-token kernel), mixed batches, GQA groups of 1 to 12, odd block sizes,
+// head_dim 7 to 256 and the tq attention sink. Outputs start as NaN.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -172,6 +173,9 @@ class CudaKv : public CudaVsCpu {
         token_pos.push_back(j);
       }
     }
+    // A CUDA-graph padding row (position -1): reads nothing, outputs zeros.
+    token_seq.push_back(0);
+    token_pos.push_back(-1);
     const int32_t nq = static_cast<int32_t>(token_seq.size());
     const int32_t num_heads = heads * s.group;
     const std::vector<float> qv =
@@ -191,12 +195,11 @@ class CudaKv : public CudaVsCpu {
     cpu_->PagedAttention(p);
 
     kernels::BackendBuffer dq = Upload(qv), dseq = Upload(token_seq), dtpos = Upload(token_pos),
-                           dtables = Upload(tables), dout = Poisoned(qv.size());
+                           dtables = Upload(tables);
     kernels::BackendBuffer dk_same = Upload(cpu_k), dv_same = Upload(cpu_v);
     kernels::BackendBuffer dsk = Upload(cpu_sink_k), dsv = Upload(cpu_sink_v);
     kernels::PagedAttentionParams g = p;
     g.q = dq.as<float>();
-    g.out = dout.as<float>();
     g.token_seq = dseq.as<int32_t>();
     g.token_pos = dtpos.as<int32_t>();
     g.block_tables = dtables.as<int32_t>();
@@ -207,8 +210,17 @@ class CudaKv : public CudaVsCpu {
       g.cache.sink_k = dsk.as<float>();
       g.cache.sink_v = dsv.as<float>();
     }
-    cuda_->PagedAttention(g);
-    ExpectClose(Download<float>(dout, qv.size()), cpu_out, 2e-4, 2e-5, "attention output");
+    // Twice: with the host copy of token_seq (runs of >= kPrefillMinRun
+    // tokens of one sequence go to the query-tiled prefill kernel), and
+    // without it (every token through the per-token decode kernel).
+    for (const bool tiled : {true, false}) {
+      SCOPED_TRACE(tiled ? "tiled prefill dispatch" : "per-token kernel only");
+      kernels::BackendBuffer dout = Poisoned(qv.size());
+      g.out = dout.as<float>();
+      g.host_token_seq = tiled ? token_seq.data() : nullptr;
+      cuda_->PagedAttention(g);
+      ExpectClose(Download<float>(dout, qv.size()), cpu_out, 2e-4, 2e-5, "attention output");
+    }
   }
 
   // Compares the pools record by record: fp formats must be byte-identical;
@@ -279,6 +291,54 @@ TEST_F(CudaKv, AttentionSinkKeepsFirstTokensExact) {
   for (const KvDtype dt : {KvDtype::kTq3, KvDtype::kTq4}) {
     Run({dt, 128, 2, 4, 16, {40, 3}, {2, 3}, 4}, seed++);
     Run({dt, 8, 4, 2, 4, {30}, {30}, 4}, seed++);
+    Run({dt, 128, 2, 4, 16, {40, 9}, {20, 9}, 4}, seed++);  // prefill tiles over the sink
+  }
+}
+
+// Query-tiled prefill (kernels/cuda/paged_prefill.cu): chunks around the tile
+// size (16 tokens at group 4, head_dim 128) at context offset 0 (the chunk is
+// the whole context) and continuing a cached prefix, next to decode tokens.
+TEST_F(CudaKv, PrefillChunksAtOffsetZeroAndAfterACachedPrefix) {
+  uint32_t seed = 600;
+  for (const KvDtype dt : {KvDtype::kF16, KvDtype::kTq3}) {
+    for (const int32_t chunk : {1, 15, 16, 17, 100, 513}) {
+      Run({dt, 128, 2, 4, 16, {chunk, 300 + chunk}, {chunk, chunk}}, seed++);
+    }
+  }
+}
+
+TEST_F(CudaKv, MixedBatchesOfPrefillChunksAndDecodeTokensEveryDtype) {
+  uint32_t seed = 700;
+  for (const KvDtype dt : kAll) {
+    // decode, chunk after a prefix, decode, whole-prompt chunk, decode, 3-token run
+    Run({dt, 64, 2, 4, 7, {40, 300, 1, 20, 77, 9}, {1, 100, 1, 20, 1, 3}}, seed++);
+  }
+}
+
+TEST_F(CudaKv, PrefillGroupsBlockSizesHeadDimsEveryDtype) {
+  uint32_t seed = 800;
+  const int32_t block_sizes[] = {1, 7, 16};
+  int b = 0;
+  for (const KvDtype dt : kAll) {
+    for (const int32_t hd : {64, 128, 256}) {
+      for (const int32_t group : {1, 4, 8}) {
+        const int32_t bs = block_sizes[b++ % 3];
+        Run({dt, hd, 2, group, bs, {70, 45, 5}, {33, 45, 1}}, seed++);
+      }
+    }
+  }
+  for (const KvDtype dt :
+       {KvDtype::kF32, KvDtype::kF16, KvDtype::kBF16, KvDtype::kInt8, KvDtype::kInt4}) {
+    for (const int32_t hd : {7, 80, 200}) {  // not powers of two (tq: CPU only)
+      Run({dt, hd, 2, 8, 7, {50, 3}, {50, 1}}, seed++);
+    }
+  }
+}
+
+TEST_F(CudaKv, PrefillChunkOverALongContextUsesSplitK) {  // one tile, 5000 positions
+  uint32_t seed = 900;
+  for (const KvDtype dt : {KvDtype::kF16, KvDtype::kInt8, KvDtype::kTq3, KvDtype::kTq4}) {
+    Run({dt, 128, 2, 4, 16, {5000, 700}, {16, 1}}, seed++);
   }
 }
 
