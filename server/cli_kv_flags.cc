@@ -45,8 +45,9 @@ void AddKvCacheFlags(CLI::App* cmd, EngineOptions* engine, std::string* kv_cache
   cmd->add_option("--kv-calibration-stats", engine->kv_calibration_stats,
                   "JSON file of tq key statistics: loaded if it exists, else written");
   cmd->add_option("--tensor-parallel-size", engine->tensor_parallel_size,
-                  "Tensor-parallel ranks in this process (one thread and backend each; the CPU "
-                  "threads are split between them; docs/parallelism.md)")
+                  "Tensor-parallel ranks in this process (one thread and backend each: rank r "
+                  "on CUDA device r, or CPU backends that split the CPU threads; "
+                  "docs/parallelism.md)")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
 }

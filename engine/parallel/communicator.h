@@ -23,10 +23,8 @@ std::string_view CommDtypeName(CommDtype dtype);
 /// (one thread per rank); every rank must call the same collectives in the
 /// same order with the same count and dtype, or the group deadlocks (as in
 /// NCCL). Calls are blocking: when one returns, the rank's output buffer holds
-/// the result — for every later op of the rank's backend; an NCCL communicator
-/// on the backend's stream gets there by stream order, not by waiting
-/// (nccl_communicator.h). Buffers are memory of the rank's backend (host
-/// memory for the CPU backend, device memory of the rank's GPU for NCCL).
+/// the result. Buffers are memory of the rank's backend (host memory for the
+/// CPU backend, device memory of the rank's GPU for NCCL).
 class Communicator {
  public:
   virtual ~Communicator() = default;

@@ -33,9 +33,8 @@ ncclDataType_t NcclType(CommDtype t) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  // `stream` null: the communicator creates and owns one, and synchronises
-  // it after each collective (blocking); else it enqueues on `stream`
-  // (stream-ordered, see CreateNcclCommunicators).
+  // `stream` null: the communicator creates and owns one; else it enqueues
+  // on `stream` (the backend's). Either way each collective is synchronised.
   NcclCommunicator(ncclComm_t comm, int device, int rank, int world, cudaStream_t stream)
       : comm_(comm),
         stream_(stream),
@@ -88,15 +87,7 @@ class NcclCommunicator final : public Communicator {
     if (aborted_) throw Error("NCCL communicator aborted: another rank failed");
     CheckCuda(cudaSetDevice(device_), "cudaSetDevice");
   }
-  // Launch errors surface here; a stream-ordered collective's completion is
-  // observed by the backend's next synchronising call.
-  void Finish() {
-    if (owns_stream_) {
-      CheckCuda(cudaStreamSynchronize(stream_), "NCCL collective");
-    } else {
-      CheckCuda(cudaGetLastError(), "NCCL collective launch");
-    }
-  }
+  void Finish() { CheckCuda(cudaStreamSynchronize(stream_), "NCCL collective"); }
 
   ncclComm_t comm_;
   cudaStream_t stream_ = nullptr;

@@ -27,13 +27,17 @@ std::vector<std::unique_ptr<Communicator>> CreateNcclCommunicators(const std::ve
 
 /// As above, but rank r's collectives are enqueued on streams[r] (a
 /// cudaStream_t of devices[r], passed as void*: the stream of rank r's CUDA
-/// backend, kernels::CudaStreamOf) and are stream-ordered instead of blocking:
-/// a collective starts after every op the backend enqueued before it, and the
-/// backend's later ops (and its CopyToHost, which waits for the stream) see
-/// its result, with no host synchronisation per call. This is how tensor
-/// parallelism drives NCCL (docs/parallelism.md, "The communicator"); the
-/// streams are not owned and must outlive the communicators' last collective.
-/// Throws tq::Error when the sizes differ or a stream is null.
+/// backend, kernels::CudaStreamOf), so each starts after every op the backend
+/// enqueued before it — the partial sums it reads are complete — and the
+/// stream is then synchronised before the call returns. The wait keeps the
+/// collectives blocking and also means a rank's GPU never holds an NCCL
+/// kernel while its thread runs other CUDA calls: calls that synchronise
+/// implicitly (cudaFree, cudaMalloc in a workspace growth) while another
+/// thread's NCCL kernel waits for its peers are a known way to hang NCCL in
+/// one multi-GPU process. This is how tensor parallelism drives NCCL
+/// (docs/parallelism.md, "On CUDA"); the streams are not owned and must
+/// outlive the communicators' last collective. A null stream means one of the
+/// communicator's own. Throws tq::Error when the sizes differ.
 std::vector<std::unique_ptr<Communicator>> CreateNcclCommunicators(
     const std::vector<int>& devices, const std::vector<void*>& streams);
 

@@ -173,6 +173,9 @@ class CudaKv : public CudaVsCpu {
         token_pos.push_back(j);
       }
     }
+    // A CUDA-graph padding row (position -1): reads nothing, outputs zeros.
+    token_seq.push_back(0);
+    token_pos.push_back(-1);
     const int32_t nq = static_cast<int32_t>(token_seq.size());
     const int32_t num_heads = heads * s.group;
     const std::vector<float> qv =

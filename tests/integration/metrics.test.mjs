@@ -60,6 +60,8 @@ test('metrics add up to the traffic, and promtool check metrics passes silently'
   assert.equal(m.get('tqserve_kv_cache_usage_perc'), 0);
   assert.ok(m.get('tqserve_memory_weights_bytes', { precision: 'fp32' }) >= 260_000 * 4);
   assert.ok(m.get('tqserve_memory_device_bytes', { kind: 'used' }) > 0);
+  // The start-up line of each tensor-parallel rank names its device.
+  assert.match(srv.daemon.stderr, /rank 0\/\d+ on cpu: weights \d+ bytes, KV pool \d+ bytes, \d+ tokens/);
   const kvUsed = m.get('tqserve_memory_kv_cache_bytes', { state: 'used' });
   const kvFree = m.get('tqserve_memory_kv_cache_bytes', { state: 'free' });
   assert.equal(kvUsed, 0);
