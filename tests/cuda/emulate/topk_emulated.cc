@@ -15,8 +15,9 @@ int main() {
   struct Case {
     int rows, vocab, k;
   };
-  const Case cases[] = {{1, 1, 1},     {2, 7, 7},      {2, 1000, 1},    {1, 1000, 1000},
-                        {2, 2049, 64}, {1, 4099, 257}, {1, 3000, 1024}, {1, 20000, 100}};
+  const Case cases[] = {{1, 1, 1},       {2, 7, 7},       {2, 1000, 1},
+                        {1, 1000, 1000}, {2, 2049, 64},   {1, 4099, 257},
+                        {1, 3000, 1024}, {1, 20000, 100}, {1, 128256, 1024}};
   std::mt19937_64 rng(17);
   std::uniform_int_distribution<int> kind(0, 99), level(-20, 20);
   std::normal_distribution<float> normal(0.0f, 4.0f);
