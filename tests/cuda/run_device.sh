@@ -8,7 +8,8 @@
 # greedy decoding against the CPU, TP=1 through NCCL on one GPU and TP=2/4 when
 # the machine has that many GPUs) and the kernel benchmarks (copy bandwidth,
 # decode attention, chunked-prefill attention tiled vs per-token, a
-# Llama-3-8B decode step, CUDA graphs), and prints a short table (the
+# Llama-3-8B decode step, LogitsTopK at vocab 128256 vs the logits' copy to
+# the host, CUDA graphs), and prints a short table (the
 # tensor-parallel tests listed one per line).
 # Budget: under 8 minutes on 16 cores (build ~3-4 min for sm_90 only).
 #
