@@ -8,7 +8,9 @@
 //     the per-token path (PagedAttentionParams::host_token_seq left null);
 //  4. one decode step (batch 1, 1024-token context) of a random
 //     Llama-3-8B-shape model with bf16 weights and a tq3 KV cache, against
-//     the weight-bandwidth roofline (weight bytes / copy bandwidth).
+//     the weight-bandwidth roofline (weight bytes / copy bandwidth);
+//  5. LogitsTopK at vocab 128256 (rows 1/32/256, k 64/1024) against the
+//     device-to-host copy of the full logits that host sampling needs.
 // Timing: cudaEvents on the backend's stream, warm-up, median of many runs.
 // Usage: tq_bench_cuda [--quick]  (quick: fewer repetitions, 4k / 2k contexts only)
 #include <cuda_runtime.h>
@@ -319,6 +321,58 @@ double DecodeStep(Bench& b, int32_t ctx, double* weight_bytes) {
   return MedianMs(b.stream, 2, std::max(5, b.iters / 2), step);
 }
 
+// Sampling summary at Llama 3's vocabulary: LogitsTopK on [rows, 128256]
+// logits (plus the copy of its small outputs to the host) against copying
+// the full logits to pinned host memory, what host sampling needs.
+void LogitsTopKBench(Bench& b) {
+  constexpr int32_t kVocab = 128256;
+  for (const int32_t rows : {1, 32, 256}) {
+    const size_t n = static_cast<size_t>(rows) * kVocab;
+    BackendBuffer logits = b.Random(n, 91, -10.0f, 10.0f);
+    BackendBuffer inv_t = b.Upload(std::vector<float>(static_cast<size_t>(rows), 1.0f));
+    float* host = nullptr;
+    Check(cudaMallocHost(&host, n * sizeof(float)), "pinned host");
+    const double copy_ms = MedianMs(b.stream, 3, b.iters, [&] {
+      Check(
+          cudaMemcpyAsync(host, logits.data(), n * sizeof(float), cudaMemcpyDeviceToHost, b.stream),
+          "d2h");
+    });
+    char name[96];
+    std::snprintf(name, sizeof(name), "logits d2h r%d v%d: ms", rows, kVocab);
+    std::printf("%-44s %12.3f\n", name, copy_ms);
+    for (const int32_t k : {64, 1024}) {
+      const size_t out = static_cast<size_t>(rows) * k;
+      BackendBuffer ids(b.backend, out * sizeof(int32_t)), values(b.backend, out * sizeof(float));
+      BackendBuffer sums(b.backend, 2 * static_cast<size_t>(rows) * sizeof(double));
+      tq::kernels::LogitsTopKParams p;
+      p.logits = logits.as<float>();
+      p.inv_temperature = inv_t.as<float>();
+      p.ids = ids.as<int32_t>();
+      p.values = values.as<float>();
+      p.sum_exp = sums.as<double>();
+      p.sum_exp_scaled = sums.as<double>() + rows;
+      p.rows = rows;
+      p.vocab = kVocab;
+      p.k = k;
+      const double topk_ms = MedianMs(b.stream, 3, b.iters, [&] { b.backend->LogitsTopK(p); });
+      // Kernel + its outputs to the (pinned) host, as the runner uses them.
+      const double with_copy_ms = MedianMs(b.stream, 3, b.iters, [&] {
+        b.backend->LogitsTopK(p);
+        Check(cudaMemcpyAsync(host, ids.data(), out * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                              b.stream),
+              "d2h ids");
+        Check(cudaMemcpyAsync(host + out, values.data(), out * sizeof(float),
+                              cudaMemcpyDeviceToHost, b.stream),
+              "d2h values");
+      });
+      std::snprintf(name, sizeof(name), "logits top-k r%d k%d: ms (+d2h), x d2h", rows, k);
+      std::printf("%-44s %12.3f (%.3f) %6.1fx\n", name, topk_ms, with_copy_ms,
+                  copy_ms / with_copy_ms);
+    }
+    cudaFreeHost(host);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -371,6 +425,7 @@ int main(int argc, char** argv) {
       std::printf("%-44s %11.2fx\n", name, per_token / tiled);
     }
   }
+  LogitsTopKBench(b);
   double weight_bytes = 0.0;
   const double step_ms = DecodeStep(b, 1024, &weight_bytes);
   // The copy's rate counts read + write bytes: what DRAM sustains in total.

@@ -62,6 +62,10 @@ class Backend {
   virtual void SiluMul(const SiluMulParams& p) = 0;
   virtual void KvWrite(const KvWriteParams& p) = 0;
   virtual void PagedAttention(const PagedAttentionParams& p) = 0;
+  /// Top-k logits and log-sum-exp terms per row (op_params.h). The default
+  /// copies the rows to the host and runs the CPU reference (for backends
+  /// whose memory is the host's or that have no kernel for it).
+  virtual void LogitsTopK(const LogitsTopKParams& p);
 
   /// Records the ops `record` issues into a graph instead of running them
   /// (CUDA stream capture); nullptr when the backend has no graphs (the CPU).

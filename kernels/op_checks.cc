@@ -167,4 +167,23 @@ void CheckPagedAttention(std::string_view backend, const PagedAttentionParams& p
   Present(backend, op, "block_tables", p.block_tables);
 }
 
+void CheckLogitsTopK(std::string_view backend, const LogitsTopKParams& p) {
+  constexpr std::string_view op = "LogitsTopK";
+  NonNegative(backend, op, "rows", p.rows);
+  Positive(backend, op, "vocab", p.vocab);
+  Positive(backend, op, "k", p.k);
+  if (p.k > p.vocab || p.k > kMaxLogitsTopK) {
+    Fail(backend, op,
+         "k must be <= min(vocab, " + std::to_string(kMaxLogitsTopK) + "), got " +
+             std::to_string(p.k) + " for vocab " + std::to_string(p.vocab));
+  }
+  if (p.rows == 0) return;
+  Present(backend, op, "logits", p.logits);
+  Present(backend, op, "inv_temperature", p.inv_temperature);
+  Present(backend, op, "ids", p.ids);
+  Present(backend, op, "values", p.values);
+  Present(backend, op, "sum_exp", p.sum_exp);
+  Present(backend, op, "sum_exp_scaled", p.sum_exp_scaled);
+}
+
 }  // namespace tq::kernels

@@ -26,5 +26,6 @@ void CheckSiluMul(std::string_view backend, const SiluMulParams& p);
 void CheckKvLayerView(std::string_view backend, std::string_view op, const KvLayerView& cache);
 void CheckKvWrite(std::string_view backend, const KvWriteParams& p);
 void CheckPagedAttention(std::string_view backend, const PagedAttentionParams& p);
+void CheckLogitsTopK(std::string_view backend, const LogitsTopKParams& p);
 
 }  // namespace tq::kernels

@@ -138,4 +138,33 @@ struct PagedAttentionParams {
   const int32_t* host_token_seq = nullptr;
 };
 
+/// Largest k of a LogitsTopK call (the CUDA kernel sorts the candidates of a
+/// row in one block's shared memory).
+constexpr int32_t kMaxLogitsTopK = 1024;
+
+/// The sampling summary of each logit row, so that a sampler can work from a
+/// few candidates instead of copying [rows, vocab] logits to the host
+/// (docs/engine.md "Sampling from candidates"). Per row, with NaN read as
+/// -inf (the Sampler's rule) and -0.0 equal to +0.0:
+///  - ids/values: the k largest logits, descending, ties by lower id (a
+///    total order, so every backend returns the same ids);
+///  - sum_exp = Σ_v exp(l_v − values[0]) and
+///    sum_exp_scaled = Σ_v exp(float(l_v · inv_temperature) − float(values[0] · inv_temperature)),
+///    over the whole row, accumulated in double. The CPU backend sums in id
+///    order (the Sampler's order, so its sums are bit-identical to the
+///    Sampler's own); other backends in any order (rounding differs).
+/// With values[0] = ±inf the sums are whatever exp gives (NaN or inf);
+/// callers treat a non-finite maximum separately.
+struct LogitsTopKParams {
+  const float* logits = nullptr;           // [rows, vocab]
+  const float* inv_temperature = nullptr;  // [rows], > 0 (1 for greedy rows)
+  int32_t* ids = nullptr;                  // [rows, k]
+  float* values = nullptr;                 // [rows, k]
+  double* sum_exp = nullptr;               // [rows]
+  double* sum_exp_scaled = nullptr;        // [rows]
+  int32_t rows = 0;
+  int32_t vocab = 0;
+  int32_t k = 0;  // [1, min(vocab, kMaxLogitsTopK)]
+};
+
 }  // namespace tq::kernels

@@ -162,7 +162,7 @@ bool DecodeGraphRunner::TryForward(LlamaModel& model, const ForwardBatch& batch,
   ++steps_[bucket];
   const size_t bytes =
       static_cast<size_t>(batch.num_tokens()) * model.config().vocab_size * sizeof(float);
-  backend_->CopyToHost(logits->data(), model.logits_.data(), bytes);
+  if (logits) backend_->CopyToHost(logits->data(), model.logits_.data(), bytes);
   return true;
 }
 

@@ -82,7 +82,8 @@ class DecodeGraphRunner {
                     bool eager_fallback = false);
 
   /// Runs `batch` from the graph of its bucket and writes the logits of its
-  /// tokens into *logits ([num_tokens, vocab]) when IsGraphDecodeBatch holds
+  /// tokens into *logits ([num_tokens, vocab]; null: left in the model's
+  /// device_logits()) when IsGraphDecodeBatch holds
   /// and a bucket fits; returns false, having run nothing, otherwise (the
   /// caller runs the batch eagerly). The caller has checked the batch.
   bool TryForward(LlamaModel& model, const ForwardBatch& batch, PagedKvCache& cache,

@@ -124,7 +124,9 @@ void LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& cache,
                                 " KV heads; the model needs " + std::to_string(plan_.world_size) +
                                 " of " + std::to_string(plan_.num_kv_heads));
   }
-  logits->assign(batch.logit_indices.size() * static_cast<size_t>(config_.vocab_size), 0.0f);
+  if (logits) {
+    logits->assign(batch.logit_indices.size() * static_cast<size_t>(config_.vocab_size), 0.0f);
+  }
   if (batch.num_tokens() == 0) return;
   if (graphs_ && plan_.comm == nullptr && !key_observer_ && !activation_observer_ &&
       graphs_->TryForward(*this, batch, cache, logits)) {

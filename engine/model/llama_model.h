@@ -59,8 +59,17 @@ class LlamaModel {
   /// Runs the batch, writing each token's K/V into `cache`, and returns the
   /// logits of batch.logit_indices in *logits ([logit_indices.size(), vocab],
   /// row-major, host memory). Throws std::invalid_argument on a malformed
-  /// batch (token id out of range, sizes that disagree).
+  /// batch (token id out of range, sizes that disagree). logits == nullptr
+  /// leaves them in backend memory only (device_logits()).
   void Forward(const ForwardBatch& batch, PagedKvCache& cache, std::vector<float>* logits);
+
+  /// The last Forward's logits in backend memory, [logit_indices.size(),
+  /// vocab] row-major, valid until the next Forward; nullptr under tensor
+  /// parallelism (rank 0 holds the gathered shards as [rank][row][shard]).
+  const float* device_logits() const {
+    return plan_.world_size == 1 ? logits_.as<float>() : nullptr;
+  }
+  kernels::Backend* backend() const { return backend_; }
 
   /// Called in Forward with each layer's keys before RoPE: (layer, k_pre_rope
   /// [num_tokens, num_kv_heads, head_dim] host fp32, num_tokens); under TP

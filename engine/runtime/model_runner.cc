@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 
 namespace tq {
@@ -40,8 +41,98 @@ PositionLogprobs ComputeLogprobs(std::span<const float> logits, int32_t token, i
   return out;
 }
 
-LlamaModelRunner::LlamaModelRunner(LlamaModel* model, PagedKvCache* cache)
-    : model_(model), cache_(cache) {}
+std::optional<PositionLogprobs> LogprobsFromCandidates(const LogitCandidates& c, int32_t token,
+                                                       int32_t k) {
+  const double m = c.values[0];
+  if (!std::isfinite(m)) return std::nullopt;
+  const double log_z = m + std::log(c.sum_exp);  // as ComputeLogprobs: max + log Σ exp(l - max)
+  const size_t n = c.ids.size();
+  std::vector<float> lp(n);
+  for (size_t i = 0; i < n; ++i)
+    lp[i] = static_cast<float>(static_cast<double>(c.values[i]) - log_z);
+  PositionLogprobs out;
+  const auto it = std::find(c.ids.begin(), c.ids.end(), token);
+  if (it == c.ids.end()) return std::nullopt;
+  out.chosen = {token, lp[static_cast<size_t>(it - c.ids.begin())]};
+  k = std::min(k, c.vocab);
+  if (k > 0) {
+    std::vector<int32_t> perm;
+    const size_t exact = OrderCandidates(lp, c.ids, static_cast<size_t>(c.vocab), &perm);
+    if (static_cast<size_t>(k) > exact) return std::nullopt;
+    out.top.reserve(static_cast<size_t>(k));
+    for (int32_t j = 0; j < k; ++j) out.top.push_back({c.ids[perm[j]], lp[perm[j]]});
+  }
+  return out;
+}
+
+LogitCandidates LlamaModelRunner::CandidateRows::Row(int32_t r, int32_t vocab) const {
+  const size_t at = static_cast<size_t>(r) * k;
+  return {std::span<const int32_t>(ids).subspan(at, k),
+          std::span<const float>(values).subspan(at, k), vocab, sum_exp[r], sum_exp_scaled[r]};
+}
+
+LlamaModelRunner::LlamaModelRunner(LlamaModel* model, PagedKvCache* cache, SamplingPath path)
+    : model_(model), cache_(cache) {
+  const bool tp = model->tp_plan().world_size > 1;
+  switch (path) {
+    case SamplingPath::kHost:
+      use_candidates_ = false;
+      break;
+    case SamplingPath::kCandidates:
+      use_candidates_ = !tp;
+      break;
+    case SamplingPath::kAuto:
+      use_candidates_ = !tp && model->backend()->Name() != "cpu" &&
+                        model->config().vocab_size >= kCandidateSamplingMinVocab;
+      break;
+  }
+}
+
+// LogitsTopK over the first states.size() logit rows (in backend memory),
+// with one k for all: enough for every row's top_k and logprobs when the
+// backend allows it.
+void LlamaModelRunner::ComputeCandidates(const std::vector<RequestState*>& states) {
+  const int32_t vocab = model_->config().vocab_size;
+  const auto rows = static_cast<int32_t>(states.size());
+  int32_t k = kDefaultSamplingCandidates;
+  std::vector<float> inv_t(states.size());
+  for (size_t i = 0; i < states.size(); ++i) {
+    k = std::max({k, states[i]->sampler.top_k(), states[i]->num_logprobs});
+    inv_t[i] = states[i]->sampler.inverse_temperature();
+  }
+  k = std::min({k, vocab, kernels::kMaxLogitsTopK});
+  kernels::Backend* backend = model_->backend();
+  auto grow = [&](kernels::BackendBuffer& b, size_t bytes) {
+    if (b.bytes() < bytes) b = kernels::BackendBuffer(backend, bytes);
+  };
+  const size_t n = static_cast<size_t>(rows) * k;
+  grow(dev_inv_t_, inv_t.size() * sizeof(float));
+  grow(dev_ids_, n * sizeof(int32_t));
+  grow(dev_values_, n * sizeof(float));
+  grow(dev_sums_, 2 * static_cast<size_t>(rows) * sizeof(double));
+  backend->CopyToDevice(dev_inv_t_.data(), inv_t.data(), inv_t.size() * sizeof(float));
+  kernels::LogitsTopKParams p;
+  p.logits = model_->device_logits();
+  p.inv_temperature = dev_inv_t_.as<float>();
+  p.ids = dev_ids_.as<int32_t>();
+  p.values = dev_values_.as<float>();
+  p.sum_exp = dev_sums_.as<double>();
+  p.sum_exp_scaled = dev_sums_.as<double>() + rows;
+  p.rows = rows;
+  p.vocab = vocab;
+  p.k = k;
+  backend->LogitsTopK(p);
+  cand_.rows = rows;
+  cand_.k = k;
+  cand_.ids.resize(n);
+  cand_.values.resize(n);
+  cand_.sum_exp.resize(static_cast<size_t>(rows));
+  cand_.sum_exp_scaled.resize(static_cast<size_t>(rows));
+  backend->CopyToHost(cand_.ids.data(), p.ids, n * sizeof(int32_t));
+  backend->CopyToHost(cand_.values.data(), p.values, n * sizeof(float));
+  backend->CopyToHost(cand_.sum_exp.data(), p.sum_exp, rows * sizeof(double));
+  backend->CopyToHost(cand_.sum_exp_scaled.data(), p.sum_exp_scaled, rows * sizeof(double));
+}
 
 ModelOutput LlamaModelRunner::Execute(const ScheduleOutput& scheduled) {
   for (SeqId id : scheduled.finished_ids) requests_.erase(id);
@@ -68,17 +159,21 @@ ModelOutput LlamaModelRunner::Execute(const ScheduleOutput& scheduled) {
   b.block_tables.assign(static_cast<size_t>(b.num_seqs) * b.max_blocks_per_seq, -1);
   const int32_t block_size = cache_->layout().block_size;
   struct Rows {
+    int32_t first_token = 0, num_tokens = 0;
     int32_t first_prompt_row = 0, num_prompt_rows = 0, first_prompt_token = 0;
     int32_t sample_row = -1;
+    bool candidates = false;  // sampled from LogitsTopK candidates
   };
   std::vector<Rows> rows(scheduled.sequences.size());
+  std::vector<RequestState*> states(scheduled.sequences.size());
   for (size_t i = 0; i < scheduled.sequences.size(); ++i) {
     const ScheduledSequence& s = scheduled.sequences[i];
-    RequestState& state = *requests_.at(s.seq_id);
+    states[i] = requests_.at(s.seq_id).get();
     std::copy(s.block_table.begin(), s.block_table.end(),
               b.block_tables.begin() + static_cast<ptrdiff_t>(i) * b.max_blocks_per_seq);
     const auto n = static_cast<int32_t>(s.token_ids.size());
-    const auto first_token = static_cast<int32_t>(b.token_ids.size());
+    rows[i].first_token = static_cast<int32_t>(b.token_ids.size());
+    rows[i].num_tokens = n;
     for (int32_t j = 0; j < n; ++j) {
       const int32_t pos = s.start_position + j;
       b.token_ids.push_back(s.token_ids[j]);
@@ -86,32 +181,61 @@ ModelOutput LlamaModelRunner::Execute(const ScheduleOutput& scheduled) {
       b.token_seq.push_back(static_cast<int32_t>(i));
       b.slot_mapping.push_back(s.block_table.at(pos / block_size) * block_size + pos % block_size);
     }
+    rows[i].candidates = use_candidates_ && s.sample && !states[i]->sampler.has_penalties();
+  }
+  // Logit rows: every sampling row first, in sequence order (one block for
+  // LogitsTopK; a pure decode batch keeps logit_indices[t] == t, which CUDA
+  // graphs need), then prompt-logprob rows. Rows with penalties get
+  // candidates too but use the full row.
+  std::vector<RequestState*> candidate_states;
+  for (size_t i = 0; i < scheduled.sequences.size(); ++i) {
+    if (!scheduled.sequences[i].sample) continue;
+    rows[i].sample_row = static_cast<int32_t>(b.logit_indices.size());
+    b.logit_indices.push_back(rows[i].first_token + rows[i].num_tokens - 1);
+    candidate_states.push_back(states[i]);
+  }
+  const auto num_candidate_rows = static_cast<int32_t>(candidate_states.size());
+  for (size_t i = 0; i < scheduled.sequences.size(); ++i) {
     // Prompt logprobs: logits at position p score prompt token p + 1.
-    if (state.prompt_logprobs) {
-      const int32_t lo = std::max(s.start_position + 1, state.prompt_logprobs_done);
-      const int32_t hi = std::min(s.start_position + n, s.num_prompt_tokens - 1) + 1;
-      rows[i].first_prompt_row = static_cast<int32_t>(b.logit_indices.size());
-      rows[i].first_prompt_token = lo;
-      for (int32_t t = lo; t < hi; ++t) {
-        b.logit_indices.push_back(first_token + (t - 1 - s.start_position));
-      }
-      rows[i].num_prompt_rows = std::max(0, hi - lo);
+    const ScheduledSequence& s = scheduled.sequences[i];
+    RequestState& state = *states[i];
+    if (!state.prompt_logprobs) continue;
+    const int32_t lo = std::max(s.start_position + 1, state.prompt_logprobs_done);
+    const int32_t hi = std::min(s.start_position + rows[i].num_tokens, s.num_prompt_tokens - 1) + 1;
+    rows[i].first_prompt_row = static_cast<int32_t>(b.logit_indices.size());
+    rows[i].first_prompt_token = lo;
+    for (int32_t t = lo; t < hi; ++t) {
+      b.logit_indices.push_back(rows[i].first_token + (t - 1 - s.start_position));
     }
-    if (s.sample) {
-      rows[i].sample_row = static_cast<int32_t>(b.logit_indices.size());
-      b.logit_indices.push_back(first_token + n - 1);
-    }
+    rows[i].num_prompt_rows = std::max(0, hi - lo);
   }
   if (b.logit_indices.empty()) b.logit_indices.push_back(0);  // Forward wants >= 1 row
-  model_->Forward(b, *cache_, &logits_);
 
   const int32_t vocab = model_->config().vocab_size;
-  auto row = [&](int32_t r) {
-    return std::span<float>(logits_.data() + static_cast<size_t>(r) * vocab, vocab);
+  const size_t row_floats = static_cast<size_t>(vocab);
+  const auto num_rows = static_cast<int32_t>(b.logit_indices.size());
+  // Host copies: all rows on the host path; on the candidate path only rows
+  // past the candidate block now, and a candidate row when it must fall back.
+  auto fetch = [&](int32_t first, int32_t count) {
+    model_->backend()->CopyToHost(logits_.data() + first * row_floats,
+                                  model_->device_logits() + first * row_floats,
+                                  static_cast<size_t>(count) * row_floats * sizeof(float));
   };
+  if (use_candidates_) {
+    model_->Forward(b, *cache_, nullptr);
+    logits_.resize(static_cast<size_t>(num_rows) * row_floats);
+    if (num_candidate_rows > 0) ComputeCandidates(candidate_states);
+    fetch(num_candidate_rows, num_rows - num_candidate_rows);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (rows[i].sample_row >= 0 && !rows[i].candidates) fetch(rows[i].sample_row, 1);
+    }
+  } else {
+    model_->Forward(b, *cache_, &logits_);
+  }
+  auto row = [&](int32_t r) { return std::span<float>(logits_.data() + r * row_floats, vocab); };
+
   for (size_t i = 0; i < scheduled.sequences.size(); ++i) {
-    const ScheduledSequence& s = scheduled.sequences[i];
-    RequestState& state = *requests_.at(s.seq_id);
+    RequestState& state = *states[i];
     SequenceResult& r = out.results[i];
     if (rows[i].num_prompt_rows > 0) {
       r.first_prompt_logprob = rows[i].first_prompt_token;
@@ -123,14 +247,35 @@ ModelOutput LlamaModelRunner::Execute(const ScheduleOutput& scheduled) {
       }
       state.prompt_logprobs_done = rows[i].first_prompt_token + rows[i].num_prompt_rows;
     }
-    if (rows[i].sample_row >= 0) {
-      std::span<float> logits = row(rows[i].sample_row);
+    const int32_t sr = rows[i].sample_row;
+    if (sr < 0) continue;
+    std::optional<SampledToken> token;
+    std::optional<PositionLogprobs> logprobs;
+    if (rows[i].candidates) {
+      ++candidate_rows_;
+      const LogitCandidates c = cand_.Row(sr, vocab);
+      token = state.sampler.SampleCandidates(c);
+      if (token && state.num_logprobs >= 0) {
+        logprobs = LogprobsFromCandidates(c, token->token, state.num_logprobs);
+      }
+      if (!token || (state.num_logprobs >= 0 && !logprobs)) {
+        ++full_row_fallbacks_;
+        fetch(sr, 1);
+      }
+    }
+    std::span<float> logits = row(sr);
+    if (!token) {
       std::vector<float> raw;
       if (state.num_logprobs >= 0) raw.assign(logits.begin(), logits.end());
-      r.token = state.sampler.Sample(logits, state.prompt, state.output).token;
-      if (state.num_logprobs >= 0) r.logprobs = ComputeLogprobs(raw, r.token, state.num_logprobs);
-      state.output.push_back(r.token);
+      token = state.sampler.Sample(logits, state.prompt, state.output);
+      if (state.num_logprobs >= 0)
+        logprobs = ComputeLogprobs(raw, token->token, state.num_logprobs);
+    } else if (state.num_logprobs >= 0 && !logprobs) {
+      logprobs = ComputeLogprobs(logits, token->token, state.num_logprobs);
     }
+    r.token = token->token;
+    if (logprobs) r.logprobs = std::move(*logprobs);
+    state.output.push_back(r.token);
   }
   return out;
 }

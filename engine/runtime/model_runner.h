@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -30,10 +31,30 @@ class ModelRunner {
 /// preempted and recomputed sequence continues the same random stream.
 /// Logprobs are of the raw model distribution (log_softmax of the logits, as
 /// vLLM v1 reports them by default).
+///
+/// Sampling path (docs/engine.md "Sampling from candidates"): kHost copies
+/// every logit row to the host; kCandidates keeps the logits in backend
+/// memory, runs Backend::LogitsTopK on the rows of sequences without
+/// penalties and copies only those candidates, plus the full row of a
+/// sequence whose candidates cannot decide exactly (same tokens, logprobs and
+/// RNG stream as kHost). kAuto picks kCandidates on a non-CPU backend with
+/// vocab >= kCandidateSamplingMinVocab and no tensor parallelism.
+enum class SamplingPath : uint8_t { kAuto, kHost, kCandidates };
+constexpr int32_t kCandidateSamplingMinVocab = 32768;
+/// Candidates per row when no request needs more (top_k, logprobs): the
+/// sorted part of the draw (kSortedDrawRanks) with room for ties and top-p.
+constexpr int32_t kDefaultSamplingCandidates = 2 * kSortedDrawRanks;
+
 class LlamaModelRunner : public ModelRunner {
  public:
-  LlamaModelRunner(LlamaModel* model, PagedKvCache* cache);
+  /// kCandidates under tensor parallelism falls back to kHost (the gathered
+  /// logits are not in row layout on the device).
+  LlamaModelRunner(LlamaModel* model, PagedKvCache* cache, SamplingPath path = SamplingPath::kAuto);
   ModelOutput Execute(const ScheduleOutput& scheduled) override;
+  /// Rows sampled through candidates, and how many of them needed the full
+  /// row (for tests and benchmarks).
+  int64_t candidate_rows() const { return candidate_rows_; }
+  int64_t full_row_fallbacks() const { return full_row_fallbacks_; }
 
  private:
   struct RequestState {
@@ -50,15 +71,37 @@ class LlamaModelRunner : public ModelRunner {
     int32_t prompt_logprobs_done = 1;  // next prompt token that needs a logprob
   };
 
+  // The candidates of the first `rows` logit rows (LogitsTopK outputs).
+  struct CandidateRows {
+    int32_t rows = 0, k = 0;
+    std::vector<int32_t> ids;
+    std::vector<float> values;
+    std::vector<double> sum_exp, sum_exp_scaled;
+    LogitCandidates Row(int32_t r, int32_t vocab) const;
+  };
+  void ComputeCandidates(const std::vector<RequestState*>& states);
+
   LlamaModel* model_;
   PagedKvCache* cache_;
+  bool use_candidates_ = false;
   std::unordered_map<SeqId, std::unique_ptr<RequestState>> requests_;
   ForwardBatch batch_;         // reused between steps
-  std::vector<float> logits_;  // [logit rows, vocab]
+  std::vector<float> logits_;  // [logit rows, vocab], host copies of the rows needed
+  CandidateRows cand_;
+  // LogitsTopK inputs and outputs in backend memory, grown on demand.
+  kernels::BackendBuffer dev_inv_t_, dev_ids_, dev_values_, dev_sums_;
+  int64_t candidate_rows_ = 0, full_row_fallbacks_ = 0;
 };
 
 /// log_softmax of `logits` at `token`, and the top `k` tokens (descending,
 /// ties by lower id). k <= 0 gives no top list.
 PositionLogprobs ComputeLogprobs(std::span<const float> logits, int32_t token, int32_t k);
+
+/// ComputeLogprobs from a row's candidates (same values, bit for bit, when
+/// the sums come from the CPU backend), or nullopt when they cannot tell:
+/// `token` is not a candidate, the top-k list reaches past them, or the
+/// maximum is not finite.
+std::optional<PositionLogprobs> LogprobsFromCandidates(const LogitCandidates& c, int32_t token,
+                                                       int32_t k);
 
 }  // namespace tq

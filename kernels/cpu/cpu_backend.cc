@@ -10,6 +10,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_topk.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cpu/weight_decode.h"
 #include "kernels/half.h"
@@ -119,6 +120,11 @@ class CpuBackend final : public Backend {
   void KvWrite(const KvWriteParams& p) override { cpu::KvWrite(p); }
 
   void PagedAttention(const PagedAttentionParams& p) override { cpu::PagedAttention(p, pool_); }
+
+  void LogitsTopK(const LogitsTopKParams& p) override {
+    CheckLogitsTopK(Name(), p);
+    cpu::LogitsTopK(p, pool_);
+  }
 
  private:
   ThreadPool pool_;

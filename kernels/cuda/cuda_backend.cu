@@ -156,6 +156,11 @@ class CudaBackend final : public Backend {
     cuda::LaunchKvWrite(p, tq, stream_);
   }
   void PagedAttention(const PagedAttentionParams& p) override;
+  void LogitsTopK(const LogitsTopKParams& p) override {
+    CheckLogitsTopK(kName, p);
+    Select();
+    cuda::LaunchLogitsTopK(p, stream_);
+  }
   void QuantMatMul(const MatMulParams& p);
   const int32_t* UploadLayout(const cuda::AttentionBatchLayout& layout);
   std::unique_ptr<BackendGraph> CaptureGraph(const std::function<void()>& record) override;

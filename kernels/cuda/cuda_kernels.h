@@ -96,4 +96,8 @@ void LaunchPagedAttention(const PagedAttentionParams& p, const DeviceTqCodec* tq
                           const AttentionBatchLayout& layout = {},
                           const int32_t* device_layout = nullptr);
 
+/// LogitsTopK (op_params.h), one block per row; k <= kMaxLogitsTopK. Same
+/// ids and values as the CPU reference; the sums differ by summation order.
+void LaunchLogitsTopK(const LogitsTopKParams& p, cudaStream_t stream);
+
 }  // namespace tq::kernels::cuda

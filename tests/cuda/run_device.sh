@@ -6,16 +6,18 @@
 # the bundled model; with NCCL installed, tq_test_nccl: the NCCL
 # communicator's collectives over this machine's GPUs and tensor-parallel
 # greedy decoding against the CPU, TP=1 through NCCL on one GPU and TP=2/4 when
-# the machine has that many GPUs) and the kernel benchmarks, and prints a
-# short table (the tensor-parallel tests listed one per line).
+# the machine has that many GPUs) and the kernel benchmarks (copy bandwidth,
+# decode attention, chunked-prefill attention tiled vs per-token, a
+# Llama-3-8B decode step, CUDA graphs), and prints a short table (the
+# tensor-parallel tests listed one per line).
 # Budget: under 8 minutes on 16 cores (build ~3-4 min for sm_90 only).
 #
 # Here (once):  tests/cuda/prepare_carry.sh
 # Device run:   run(command="tests/cuda/run_device.sh",
 #                   carry=["third_party/carry"], timeout_s=540)
 # Outputs under $OUT (or build-device/out): cuda_tests.xml, cuda_tests.log,
-# bench.txt, summary.txt.  Options: --quick (benchmarks at 4k only, fewer
-# repetitions), --no-bench.
+# bench.txt, summary.txt.  Options: --quick (decode benchmarks at 4k, prefill
+# at 2k only, fewer repetitions), --no-bench.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 start=$(date +%s)

@@ -5,10 +5,14 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <optional>
+#include <random>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "engine/sampling/sampler.h"
+#include "kernels/cpu/cpu_topk.h"
 
 namespace tq {
 namespace {
@@ -326,6 +330,132 @@ TEST(SamplingParams, ValidateNamesFieldAndValue) {
   check([](SamplingParams& p) { p.presence_penalty = -2; }, "");
   check([](SamplingParams& p) { p.frequency_penalty = 2; }, "");
   check([](SamplingParams& p) { p.max_tokens = 0; }, "");
+}
+
+// The draw rule, computed here from its definition: u = top 53 bits of the
+// first mt19937_64(seed) output / 2^53; tokens walked in descending logit
+// order (ties by lower id) for the first 256 ranks, then in id order; the
+// first whose running weight passes u * z.
+TEST(Sampler, DrawWalksHeadDescendingThenTailById) {
+  Logits small = {0.3f, 1.2f, -0.4f, 1.2f, 0.9f, -2.0f, 0.0f};
+  Logits flat(1000);  // most draws land past the first 256 ranks
+  std::mt19937_64 gen(3);
+  std::uniform_int_distribution<int> level(0, 300);
+  for (float& l : flat) l = 0.001f * static_cast<float>(level(gen));
+  int tail_draws = 0;
+  for (const Logits* logits : {&small, &flat}) {
+    const size_t vocab = logits->size();
+    std::vector<int32_t> order(vocab);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return (*logits)[a] > (*logits)[b]; });
+    const size_t head = std::min<size_t>(vocab, 256);
+    std::sort(order.begin() + static_cast<ptrdiff_t>(head), order.end());  // tail by id
+    const double m = (*logits)[order[0]];
+    double z = 0.0;
+    for (float l : *logits) z += std::exp(static_cast<double>(l) - m);
+    for (uint64_t seed = 1; seed <= 40; ++seed) {
+      std::mt19937_64 rng(seed);
+      const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+      double cum = 0.0;
+      size_t rank = vocab - 1;
+      for (size_t j = 0; j < vocab; ++j) {
+        cum += std::exp(static_cast<double>((*logits)[order[j]]) - m);
+        if (u * z < cum) {
+          rank = j;
+          break;
+        }
+      }
+      tail_draws += rank >= head;
+      Sampler s(Params(1.0, seed));
+      const SampledToken t = Draw(s, *logits);
+      EXPECT_EQ(t.token, order[rank]) << "seed " << seed << " vocab " << vocab;
+      EXPECT_NEAR(t.logprob, LogSoftmax(*logits, static_cast<size_t>(order[rank])), 1e-6);
+    }
+  }
+  EXPECT_GT(tail_draws, 10);
+}
+
+// Neighbouring floats lo < hi that scaling by inv_t rounds onto one value
+// (exists for most temperatures); {5, 5} when none is found below 2.
+std::pair<float, float> MergedByScaling(float inv_t) {
+  if (inv_t == 1.0f) return {5.0f, 5.0f};
+  for (float lo = 1.0f; lo < 2.0f; lo = std::nextafter(lo, 9.0f)) {
+    const float hi = std::nextafter(lo, 9.0f);
+    if (lo * inv_t == hi * inv_t) return {lo, hi};
+  }
+  return {5.0f, 5.0f};
+}
+
+// A row with many ties at the top, pairs of top logits that temperature
+// scaling merges (so the scaled order differs from the raw one), -inf and
+// NaN entries.
+Logits TieRow(std::mt19937_64& rng, int32_t vocab, std::pair<float, float> merged) {
+  const auto [lo, hi] = merged;
+  Logits row(static_cast<size_t>(vocab));
+  std::uniform_int_distribution<int> level(0, 39), kind(0, 49);
+  for (float& l : row) {
+    const int k = kind(rng);
+    if (k == 0) {
+      l = -INFINITY;
+    } else if (k == 1) {
+      l = NAN;
+    } else if (k < 5) {
+      l = hi;
+    } else if (k < 8) {
+      l = lo;
+    } else {
+      l = 0.1f * static_cast<float>(level(rng)) - 3.0f;  // below lo
+    }
+  }
+  return row;
+}
+
+// Sampling from candidates (any k) + the full-row fallback gives exactly the
+// tokens, logprobs and RNG stream of sampling from the full row.
+TEST(Sampler, CandidatesGiveTheFullRowResult) {
+  struct Case {
+    double temperature, top_p, min_p;
+    int32_t top_k;
+  };
+  const Case cases[] = {{0.0, 1.0, 0.0, 0}, {1.0, 1.0, 0.0, 0},   {0.7, 1.0, 0.0, 0},
+                        {1.3, 0.9, 0.0, 0}, {0.8, 0.5, 0.0, 0},   {1.0, 1.0, 0.05, 0},
+                        {1.0, 1.0, 0.0, 5}, {0.6, 0.95, 0.0, 40}, {1.0, 0.8, 0.1, 20},
+                        {3.0, 1.0, 0.0, 0}, {1.0, 0.999, 0.0, 0}, {0.9, 1.0, 0.9, 0}};
+  std::mt19937_64 rng(11);
+  int decided = 0, undecided = 0;
+  for (const Case& c : cases) {
+    for (int32_t vocab : {1, 7, 300, 2053}) {
+      for (int32_t k : {1, 4, 64, 1024}) {
+        if (k > vocab) continue;
+        SamplingParams p = Params(c.temperature, rng());
+        p.top_p = c.top_p;
+        p.min_p = c.min_p;
+        p.top_k = c.top_k;
+        Sampler full(p), cand(p);
+        const std::pair<float, float> merged = MergedByScaling(cand.inverse_temperature());
+        for (int step = 0; step < 12; ++step) {
+          const Logits row = TieRow(rng, vocab, merged);
+          const SampledToken want = Draw(full, row);
+          std::vector<int32_t> ids(static_cast<size_t>(k));
+          Logits values(static_cast<size_t>(k));
+          LogitCandidates lc;
+          lc.vocab = vocab;
+          kernels::cpu::LogitsTopKRow(row.data(), vocab, k, cand.inverse_temperature(), ids.data(),
+                                      values.data(), &lc.sum_exp, &lc.sum_exp_scaled, nullptr);
+          lc.ids = ids;
+          lc.values = values;
+          std::optional<SampledToken> got = cand.SampleCandidates(lc);
+          (got ? decided : undecided)++;
+          if (!got) got = Draw(cand, row);
+          ASSERT_EQ(got->token, want.token) << "vocab " << vocab << " k " << k << " step " << step;
+          ASSERT_EQ(got->logprob, want.logprob) << "vocab " << vocab << " k " << k;
+        }
+      }
+    }
+  }
+  EXPECT_GT(decided, 500);  // both branches are exercised
+  EXPECT_GT(undecided, 100);
 }
 
 }  // namespace
