@@ -58,7 +58,8 @@ int main(int argc, char** argv) {
   std::printf("%-28s %12s %12s %12s %10s %9s\n", "setting", "full row us", "cand us", "cpu topk us",
               "x faster", "fallback");
   std::vector<float> work(kVocab);
-  std::vector<int32_t> ids(static_cast<size_t>(k)), scratch;
+  std::vector<int32_t> ids(static_cast<size_t>(k));
+  std::vector<float> scratch;
   std::vector<float> values(static_cast<size_t>(k));
   for (const Setting& s : settings) {
     tq::SamplingParams p;

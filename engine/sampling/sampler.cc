@@ -136,7 +136,7 @@ SampledToken Sampler::Sample(std::span<float> logits, std::span<const int32_t> p
     ids_.resize(static_cast<size_t>(k));
     values_.resize(static_cast<size_t>(k));
     kernels::cpu::LogitsTopKRow(logits.data(), vocab, k, inv_t_, ids_.data(), values_.data(),
-                                raw_sum, scaled_sum, &perm_);
+                                raw_sum, scaled_sum, &keys_);
     raw_sum = scaled_sum = nullptr;  // the sums do not depend on k
     c.ids = ids_;
     c.values = values_;

@@ -100,7 +100,7 @@ class Sampler {
   std::optional<double> pending_u_;  // drawn, not yet used for a token
   // Scratch reused between calls.
   std::vector<int32_t> ids_, perm_, tail_;
-  std::vector<float> values_, scaled_;
+  std::vector<float> values_, scaled_, keys_;
 };
 
 }  // namespace tq

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "kernels/backend.h"
@@ -22,25 +23,42 @@ float Key(float l) {
 
 void LogitsTopKRow(const float* logits, int32_t vocab, int32_t k, float inv_temperature,
                    int32_t* ids, float* values, double* sum_exp, double* sum_exp_scaled,
-                   std::vector<int32_t>* scratch) {
-  auto desc = [logits](int32_t a, int32_t b) {
-    const float la = Key(logits[a]), lb = Key(logits[b]);
-    return la > lb || (la == lb && a < b);
-  };
-  if (k == 1) {  // greedy: one pass, no permutation
+                   std::vector<float>* scratch) {
+  if (k == 1) {  // greedy: one pass
     int32_t best = 0;
+    float best_key = Key(logits[0]);
     for (int32_t i = 1; i < vocab; ++i) {
-      if (Key(logits[i]) > Key(logits[best])) best = i;
+      const float key = Key(logits[i]);
+      if (key > best_key) {
+        best_key = key;
+        best = i;
+      }
     }
     ids[0] = best;
   } else {
-    std::vector<int32_t> local;
-    std::vector<int32_t>& perm = scratch ? *scratch : local;
-    perm.resize(static_cast<size_t>(vocab));
-    for (int32_t i = 0; i < vocab; ++i) perm[i] = i;
-    if (k < vocab) std::nth_element(perm.begin(), perm.begin() + (k - 1), perm.end(), desc);
-    std::sort(perm.begin(), perm.begin() + k, desc);
-    std::copy(perm.begin(), perm.begin() + k, ids);
+    // The k-th largest key T by nth_element on the keys alone (cheaper than
+    // on ids with an indirect comparator), then the ids in two passes: all
+    // keys > T, and the lowest-id keys == T that complete k.
+    std::vector<float> local;
+    std::vector<float>& keys = scratch ? *scratch : local;
+    keys.resize(static_cast<size_t>(vocab));
+    for (int32_t i = 0; i < vocab; ++i) keys[i] = Key(logits[i]);
+    float t = -std::numeric_limits<float>::infinity();
+    if (k < vocab) {
+      std::nth_element(keys.begin(), keys.begin() + (k - 1), keys.end(), std::greater<float>());
+      t = keys[k - 1];
+    }
+    int32_t above = 0;
+    for (int32_t i = 0; i < vocab; ++i) above += Key(logits[i]) > t;
+    int32_t ties = k - above, n = 0;
+    for (int32_t i = 0; i < vocab && n < k; ++i) {
+      const float key = Key(logits[i]);
+      if (key > t || (key == t && ties-- > 0)) ids[n++] = i;
+    }
+    std::sort(ids, ids + k, [logits](int32_t a, int32_t b) {
+      const float la = Key(logits[a]), lb = Key(logits[b]);
+      return la > lb || (la == lb && a < b);
+    });
   }
   for (int32_t i = 0; i < k; ++i) values[i] = Key(logits[ids[i]]);
 
@@ -63,7 +81,7 @@ void LogitsTopKRow(const float* logits, int32_t vocab, int32_t k, float inv_temp
 
 void LogitsTopK(const LogitsTopKParams& p, ThreadPool& pool) {
   pool.ParallelFor(p.rows, 1, [&](int64_t begin, int64_t end) {
-    std::vector<int32_t> scratch;
+    std::vector<float> scratch;
     for (int64_t r = begin; r < end; ++r) {
       LogitsTopKRow(p.logits + r * p.vocab, p.vocab, p.k, p.inv_temperature[r], p.ids + r * p.k,
                     p.values + r * p.k, p.sum_exp + r, p.sum_exp_scaled + r, &scratch);
@@ -82,7 +100,7 @@ void Backend::LogitsTopK(const LogitsTopKParams& p) {
   std::vector<double> sum_exp(rows), sum_exp_scaled(rows);
   CopyToHost(logits.data(), p.logits, logits.size() * sizeof(float));
   CopyToHost(inv_t.data(), p.inv_temperature, rows * sizeof(float));
-  std::vector<int32_t> scratch;
+  std::vector<float> scratch;
   for (size_t r = 0; r < rows; ++r) {
     cpu::LogitsTopKRow(logits.data() + r * p.vocab, p.vocab, p.k, inv_t[r], ids.data() + r * k,
                        values.data() + r * k, &sum_exp[r], &sum_exp_scaled[r], &scratch);

@@ -14,10 +14,11 @@ namespace tq::kernels::cpu {
 /// kMaxLogitsTopK, this does not). `sum_exp` / `sum_exp_scaled` may be null
 /// to skip that sum (one exp per logit each); both are accumulated in id
 /// order, exactly as the Sampler sums. `scratch` is reused between calls
-/// (the id permutation); null allocates. Cost: O(vocab) plus O(k log k).
+/// (a copy of the keys for nth_element); null allocates. Cost: O(vocab)
+/// plus O(k log k).
 void LogitsTopKRow(const float* logits, int32_t vocab, int32_t k, float inv_temperature,
                    int32_t* ids, float* values, double* sum_exp, double* sum_exp_scaled,
-                   std::vector<int32_t>* scratch);
+                   std::vector<float>* scratch);
 
 /// The backend op, rows split over the pool.
 void LogitsTopK(const LogitsTopKParams& p, ThreadPool& pool);

@@ -87,16 +87,19 @@ __global__ void __launch_bounds__(kThreads) LogitsTopKKernel(LogitsTopKParams p)
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int j = tid; j < 256; j += kThreads) hist[j] = 0;
     __syncthreads();
-    for (int32_t i = tid; i < vocab; i += kThreads) {
-      const float l = Clean(x[i]);
-      if (shift == 24) {
+    // Whole tiles, so every lane of a warp reaches the match below.
+    for (int32_t base = 0; base < vocab; base += kThreads) {
+      const int32_t i = base + tid;
+      const bool valid = i < vocab;
+      const float l = valid ? Clean(x[i]) : 0.0f;
+      if (shift == 24 && valid) {
         sum += exp(static_cast<double>(l) - m);
         sum_scaled += exp(static_cast<double>(__fmul_rn(l, inv_t)) - ms);
       }
       const uint32_t key = Key(l);
       // 256 = no bin; lanes with the same bin add once (warp-aggregated).
-      const uint32_t bin = (key & mask) == prefix ? (key >> shift) & 255u : 256u;
-      const unsigned peers = __match_any_sync(__activemask(), bin);
+      const uint32_t bin = valid && (key & mask) == prefix ? (key >> shift) & 255u : 256u;
+      const unsigned peers = __match_any_sync(kFullMask, bin);
       if (bin != 256u && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], __popc(peers));
     }
     __syncthreads();

@@ -1,0 +1,60 @@
+// The warp intrinsics and atomics kernels/cuda/topk.cu uses, for the CPU
+// emulation of emu_prelude.h (included after it): ballots and matches
+// exchange through the warp's memory between two warp barriers (every lane
+// must reach them, as on the GPU with a full mask), shared-memory atomics are
+// real atomics (the emulated threads are std::threads).
+#pragma once
+
+#include <atomic>
+#include <bit>
+#include <cstdint>
+#include <cstring>
+
+#include "tests/cuda/emulate/emu_prelude.h"
+
+inline unsigned EmuWarpGather(uint32_t v, uint32_t* all, int* lane) {
+  const int t = static_cast<int>(emu_thread.tid.x), w = t / 32;
+  *lane = t % 32;
+  std::memcpy(&emu_exchange[w][*lane], &v, sizeof(v));
+  emu_warp_barrier[w]->arrive_and_wait();
+  for (int l = 0; l < 32; ++l) std::memcpy(&all[l], &emu_exchange[w][l], sizeof(uint32_t));
+  emu_warp_barrier[w]->arrive_and_wait();
+  return 0;
+}
+
+inline unsigned __ballot_sync(unsigned, bool pred) {
+  uint32_t all[32];
+  int lane;
+  EmuWarpGather(pred ? 1u : 0u, all, &lane);
+  unsigned bits = 0;
+  for (int l = 0; l < 32; ++l) bits |= (all[l] ? 1u : 0u) << l;
+  return bits;
+}
+
+inline unsigned __match_any_sync(unsigned, uint32_t v) {
+  uint32_t all[32];
+  int lane;
+  EmuWarpGather(v, all, &lane);
+  unsigned bits = 0;
+  for (int l = 0; l < 32; ++l) bits |= (all[l] == v ? 1u : 0u) << l;
+  return bits;
+}
+
+inline int __ffs(unsigned x) {
+  return x == 0 ? 0 : std::countr_zero(x) + 1;
+}
+inline int __popc(unsigned x) {
+  return std::popcount(x);
+}
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float __fmul_rn(float a, float b) {
+  volatile float r = a * b;  // no contraction
+  return r;
+}
+inline unsigned atomicAdd(uint32_t* p, int v) {
+  return std::atomic_ref<uint32_t>(*p).fetch_add(static_cast<uint32_t>(v));
+}
