@@ -196,6 +196,11 @@ KeyChannelStats CalibrateKeys(LoadedModel& m, const EngineOptions& options) {
     m.kv_calibration_source = stats.source;
     return stats;
   }
+  if (!m.tokenizer) {
+    throw Error("--kv-cache-dtype " + std::string(kernels::KvDtypeName(options.kv_cache_dtype)) +
+                " calibrates its key statistics on text, which needs the tokenizer; load the "
+                "model with it or pass a saved --kv-calibration-stats file");
+  }
   const bool builtin = options.kv_calibration_text.empty();
   const std::string text = builtin ? std::string(BuiltinCalibrationText())
                                    : ReadCalibrationText(options.kv_calibration_text);
@@ -319,7 +324,9 @@ void PrefillSequence(LlamaModel& model, PagedKvCache& cache, const BlockTable& t
   }
 }
 
-LoadedModel LoadModel(const EngineOptions& options) {
+namespace {
+
+LoadedModel LoadModelImpl(const EngineOptions& options, bool with_tokenizer) {
   CheckOptions(options);
   LoadedModel m;
   m.files = LoadModelFiles(options.model_dir);
@@ -330,7 +337,7 @@ LoadedModel LoadModel(const EngineOptions& options) {
                 options.model_dir + "/config.json)");
   }
   m.max_model_len = options.max_model_len > 0 ? options.max_model_len : c.MaxContext();
-  m.tokenizer = Tokenizer::Load(options.model_dir, m.files.tokenizer);
+  if (with_tokenizer) m.tokenizer = Tokenizer::Load(options.model_dir, m.files.tokenizer);
   // Tensor parallelism: the cores are split between the ranks.
   const int world = options.tensor_parallel_size;
   const int threads = std::max(1, kernels::CpuThreadCount(options.num_threads) / world);
@@ -428,6 +435,16 @@ LoadedModel LoadModel(const EngineOptions& options) {
     }
   }
   return m;
+}
+
+}  // namespace
+
+LoadedModel LoadModel(const EngineOptions& options) {
+  return LoadModelImpl(options, true);
+}
+
+LoadedModel LoadModelWithoutTokenizer(const EngineOptions& options) {
+  return LoadModelImpl(options, false);
 }
 
 std::vector<RankMemory> DescribeRanks(const LoadedModel& m) {

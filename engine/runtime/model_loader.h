@@ -68,6 +68,13 @@ std::vector<RankMemory> DescribeRanks(const LoadedModel& m);
 /// smallest of those budgets. Throws tq::Error naming the flag or file.
 LoadedModel LoadModel(const EngineOptions& options);
 
+/// LoadModel without the tokenizer (LoadedModel::tokenizer stays null), for
+/// builds without sentencepiece (-DTQ_SENTENCEPIECE=OFF: the GPU test
+/// machine, tests/cuda) that run token ids only. A tq KV cache dtype then
+/// needs options.kv_calibration_stats to name an existing file (calibrating
+/// encodes text); otherwise tq::Error.
+LoadedModel LoadModelWithoutTokenizer(const EngineOptions& options);
+
 /// Runs tokens[begin, end) of one sequence (positions before `begin` already
 /// cached, table covering all of `tokens`) in chunks of `chunk` tokens. With
 /// all_logits, *logits gets [end - begin, vocab]; else the last token's row.

@@ -2,8 +2,10 @@
 // tokens on GPUs must pick the tokens of the CPU backend at TP=1 (fp32
 // weights, fp32 KV). TP=1 runs one rank through a world-of-1 NCCL
 // communicator on GPU 0 (the collectives' code path with nothing to sum);
-// TP=2 and TP=4 load through LoadModel(--device cuda) on GPUs 0..N-1 and skip,
-// naming the device count, where the machine has fewer. The CPU TP=1 forward
+// TP=2 and TP=4 load through the loader (--device cuda) on GPUs 0..N-1 and
+// skip, naming the device count, where the machine has fewer. The GPU machine
+// builds without sentencepiece, so models load without their tokenizer
+// (LoadModelWithoutTokenizer; the tests use token ids only). The CPU TP=1 forward
 // pass is the reference checked against a float64 numpy forward pass by
 // tq_test_llama. Every test skips without a GPU (CI).
 #include <gtest/gtest.h>
@@ -52,7 +54,7 @@ EngineOptions Options(const std::string& dir, kernels::DeviceKind device, int tp
 }
 
 GreedyRun GreedyLoaded(const EngineOptions& options) {
-  LoadedModel m = LoadModel(options);
+  LoadedModel m = LoadModelWithoutTokenizer(options);
   return Greedy(*m.model, *m.cache);
 }
 
@@ -91,7 +93,7 @@ class CudaTensorParallel : public testing::TempDirTest {
   // A random Llama whose 8 heads and 4 KV heads divide by 4 (hidden 128).
   std::string WriteRandom() {
     const std::string dir = Path("random_h8kv4");
-    testing::WriteRandomTpModel(dir, std::string(TQ_MODEL_DIR) + "/tokenizer.model", 8, 4);
+    testing::WriteRandomTpModel(dir, "", 8, 4);  // no tokenizer.model
     return dir;
   }
   int devices_ = 0;
@@ -133,7 +135,7 @@ TEST_F(CudaTensorParallel, TwoAndFourRanksMatchCpuFor64Tokens) {
       continue;
     }
     const EngineOptions o = Options(TQ_MODEL_DIR, kernels::DeviceKind::kCuda, world);
-    LoadedModel m = LoadModel(o);
+    LoadedModel m = LoadModelWithoutTokenizer(o);
     // Rank r computes on CUDA device r and holds its own pool.
     const std::vector<RankMemory> ranks = DescribeRanks(m);
     ASSERT_EQ(ranks.size(), static_cast<size_t>(world));
@@ -159,7 +161,7 @@ TEST_F(CudaTensorParallel, DeviceBudgetIsPerRankDevice) {
   EngineOptions o = Options(TQ_MODEL_DIR, kernels::DeviceKind::kCuda, 2);
   o.kv_cache_memory = 0;
   o.gpu_memory_utilization = 0.05;
-  LoadedModel m = LoadModel(o);
+  LoadedModel m = LoadModelWithoutTokenizer(o);
   for (const RankMemory& r : DescribeRanks(m)) {
     kernels::DeviceMemoryInfo mem;
     ASSERT_TRUE(kernels::QueryCudaDeviceMemory(r.cuda_device, &mem));

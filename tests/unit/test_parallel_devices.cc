@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "engine/common/error.h"
 #include "engine/parallel/nccl_communicator.h"
 #include "engine/parallel/tp_devices.h"
 #include "engine/runtime/model_loader.h"
 #include "kernels/backend_factory.h"
+#include "tests/unit/tp_test_util.h"
 
 namespace tq {
 namespace {
@@ -92,6 +94,35 @@ TEST(TpDevices, LoaderOnThisMachine) {
   EXPECT_THAT(m.device_note, HasSubstr("--device auto: --tensor-parallel-size 2 "));
   EXPECT_THAT(m.device_note, HasSubstr("running on the CPU"));
   for (const RankMemory& r : DescribeRanks(m)) EXPECT_EQ(r.cuda_device, -1) << "rank " << r.rank;
+}
+
+// What the GPU tests load with (their build has no sentencepiece): the same
+// model and ranks as LoadModel, minus the tokenizer, so the same greedy tokens;
+// a tq KV cache, which calibrates on encoded text, is a clear error instead.
+TEST(TpDevices, LoadWithoutTokenizerDecodesLikeLoadModel) {
+  const EngineOptions o = TwoRanks(DeviceKind::kCpu);
+  LoadedModel with = LoadModel(o);
+  LoadedModel without = LoadModelWithoutTokenizer(o);
+  ASSERT_NE(with.tokenizer, nullptr);
+  EXPECT_EQ(without.tokenizer, nullptr);
+  EXPECT_EQ(without.tensor_parallel_size(), 2);
+  // <s> "Once upon a time" as llama2.c's reference run prints it.
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378};
+  EXPECT_EQ(with.tokenizer->Encode("Once upon a time"), prompt);
+  const testing::GreedyRun a = testing::GreedyDecode(*with.model, *with.cache, prompt, 16);
+  const testing::GreedyRun b = testing::GreedyDecode(*without.model, *without.cache, prompt, 16);
+  EXPECT_EQ(b.tokens, a.tokens);
+  EXPECT_EQ(b.logits, a.logits);
+
+  EngineOptions tq3 = o;
+  tq3.kv_cache_dtype = kernels::KvDtype::kTq3;
+  try {
+    LoadModelWithoutTokenizer(tq3);
+    ADD_FAILURE() << "tq3 without a tokenizer or saved statistics loaded";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("--kv-cache-dtype tq3"));
+    EXPECT_THAT(e.what(), HasSubstr("--kv-calibration-stats"));
+  }
 }
 
 }  // namespace

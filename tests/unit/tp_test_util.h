@@ -48,8 +48,8 @@ inline GreedyRun GreedyDecode(LlamaModel& model, PagedKvCache& cache,
   return run;
 }
 
-/// Writes a random fp32 Llama (3 layers, seed 8) with the bundled tokenizer
-/// (vocab 512) to `dir`; hidden 0 = heads × head_dim.
+/// Writes a random fp32 Llama (3 layers, seed 8, vocab 512) to `dir` with
+/// `tokenizer_model` copied in ("" = none); hidden 0 = heads × head_dim.
 inline void WriteRandomTpModel(const std::string& dir, const std::string& tokenizer_model,
                                int32_t heads, int32_t kv_heads, int32_t head_dim = 16,
                                int32_t hidden = 0, int32_t intermediate = 352) {
