@@ -40,20 +40,28 @@ bool ResolvesToCuda(DeviceKind kind) {
 #endif
 }
 
+void CheckDeviceAvailable(DeviceKind kind) {
+  if (kind != DeviceKind::kCuda) return;
+#if defined(TQ_WITH_CUDA)
+  std::string why;
+  if (cuda::DeviceCount(&why) == 0) {
+    throw std::runtime_error("--device cuda: no CUDA device (" + why + ")");
+  }
+#else
+  throw std::runtime_error(
+      "--device cuda: this build has no CUDA backend (configured with TQ_CUDA=OFF)");
+#endif
+}
+
 std::unique_ptr<Backend> CreateBackend(DeviceKind kind, int num_threads, std::string* why_cpu) {
   if (why_cpu) why_cpu->clear();
   if (kind == DeviceKind::kCpu) return CreateCpuBackend(num_threads);
+  CheckDeviceAvailable(kind);
 #if defined(TQ_WITH_CUDA)
   std::string why;
   if (cuda::DeviceCount(&why) > 0) return CreateCudaBackend(0);
-  if (kind == DeviceKind::kCuda)
-    throw std::runtime_error("--device cuda: no CUDA device (" + why + ")");
   if (why_cpu) *why_cpu = "--device auto: no CUDA device (" + why + "); running on the CPU";
 #else
-  if (kind == DeviceKind::kCuda) {
-    throw std::runtime_error(
-        "--device cuda: this build has no CUDA backend (configured with TQ_CUDA=OFF)");
-  }
   if (why_cpu) *why_cpu = "--device auto: built without CUDA (TQ_CUDA=OFF); running on the CPU";
 #endif
   return CreateCpuBackend(num_threads);

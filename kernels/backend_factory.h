@@ -26,6 +26,11 @@ bool CudaBackendBuilt();
 /// to one line saying why (left empty otherwise).
 std::unique_ptr<Backend> CreateBackend(DeviceKind kind, int num_threads, std::string* why_cpu);
 
+/// Throws the std::runtime_error CreateBackend(kind, ...) would throw for a
+/// missing CUDA backend or device, without creating anything (serve checks
+/// before it opens its ports); returns for kCpu and kAuto.
+void CheckDeviceAvailable(DeviceKind kind);
+
 /// Number of usable CUDA devices (0 without CUDA in the build, a driver or a
 /// GPU; *why, when given, then says which). Any thread.
 int CudaDeviceCount(std::string* why = nullptr);

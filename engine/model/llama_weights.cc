@@ -189,8 +189,11 @@ class Loader {
     if (s.col0 % f.group_size != 0 || cols % f.group_size != 0) {
       throw Error(ckpt_.dir() + ": " + name + ": group_size " + std::to_string(f.group_size) +
                   " does not divide the tensor-parallel slice of " + std::to_string(cols) +
-                  " input channels at " + std::to_string(s.col0) +
-                  "; use a smaller group or --tensor-parallel-size");
+                  " input channels (columns " + std::to_string(s.col0) + ".." +
+                  std::to_string(s.col0 + cols - 1) +
+                  " on one rank); quantize with a group_size"
+                  " that divides " +
+                  std::to_string(cols) + " or use a smaller --tensor-parallel-size");
     }
   }
 

@@ -209,7 +209,13 @@ void RunServe(ServeArgs& args) {
   // Where the ranks will run (a --device cuda machine with too few GPUs fails
   // here). On GPUs the pool is sized by --gpu-memory-utilization (kv_cache_memory 0).
   bool on_cuda = kernels::ResolvesToCuda(args.engine.device);
-  if (args.engine.tensor_parallel_size > 1) {
+  if (args.engine.tensor_parallel_size == 1) {
+    try {
+      kernels::CheckDeviceAvailable(args.engine.device);  // one line, before the ports open
+    } catch (const std::runtime_error& e) {
+      throw Error(e.what());
+    }
+  } else {
     std::string why;
     on_cuda = ChooseTpDevices(args.engine.device, args.engine.tensor_parallel_size,
                               kernels::CudaDeviceCount(&why), NcclBuilt(), why)

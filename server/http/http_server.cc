@@ -67,6 +67,10 @@ httplib::Server::HandlerResponse OnError(const httplib::Request& req, httplib::R
     }
   } else if (res.status == 413) {
     error.message = "request body too large";
+  } else if (res.status == 400 && req.method == "POST" && !req.has_header("Content-Length") &&
+             !req.has_header("Transfer-Encoding")) {
+    // httplib refuses a POST without a length before any route runs.
+    error.message = "the request has no body: send a JSON body with a Content-Length";
   } else {
     error.message = "HTTP error " + std::to_string(res.status);
   }

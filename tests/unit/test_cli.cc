@@ -213,6 +213,11 @@ TEST_F(CliTest, ServeRejectsBadModelFlagsBeforeListening) {
   ExpectOneLineError(r, {"q.json", "group_size 5 does not divide"});
   r = Run("serve --port 0 --tensor-parallel-size 3");
   ExpectOneLineError(r, {"tensor-parallel-size"});
+  if (kernels::CudaDeviceCount() == 0) {  // CI and this machine: no GPU
+    r = Run("serve --port 0 --device cuda");
+    ExpectOneLineError(r, {"--device cuda: "});
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("listening")));
+  }
   if (kernels::CudaDeviceCount() < 2) {  // one rank per GPU
     r = Run("serve --port 0 --device cuda --tensor-parallel-size 2");
     ExpectOneLineError(r, {"--device cuda: --tensor-parallel-size 2 needs 2 CUDA devices, found"});

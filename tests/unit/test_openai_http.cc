@@ -2,8 +2,12 @@
 // OpenAI error JSON of 404/405/413/503, /health while loading, /version,
 // /metrics content type and request counting. The engine is not loaded here
 // (the integration tests drive a loaded daemon with the `openai` client).
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -135,6 +139,30 @@ TEST_F(HttpRoutes, OversizedBodyIs413Json) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 413);
   ErrorBody(res);
+}
+
+// A POST without Content-Length is refused by httplib before any route runs;
+// the error says what is missing (it used to be "HTTP error 400").
+TEST_F(HttpRoutes, PostWithoutLengthIs400Json) {
+  const int sock = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(sock, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port_));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string request =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(send(sock, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+  std::string reply;
+  char buf[4096];
+  for (ssize_t n; (n = recv(sock, buf, sizeof(buf), 0)) > 0;) reply.append(buf, n);
+  close(sock);
+  EXPECT_EQ(reply.rfind("HTTP/1.1 400", 0), 0u) << reply;
+  const json body = json::parse(reply.substr(reply.find("\r\n\r\n") + 4));
+  EXPECT_EQ(body["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(body["error"]["message"],
+            "the request has no body: send a JSON body with a Content-Length");
 }
 
 TEST_F(HttpRoutes, VersionAndMetrics) {
