@@ -32,6 +32,7 @@
 #include "kernels/cuda/device_info.h"
 #include "kernels/kv_layout.h"
 #include "kernels/tq/rotation.h"
+#include "tests/cuda/tq_codec_parts.h"
 
 namespace tq::bench {
 void FillUniform(float* dst, int64_t n, uint32_t seed, float lo, float hi, cudaStream_t stream);
@@ -90,36 +91,11 @@ struct Bench {
   }
 };
 
-// Codebooks, rotation and RoPE table of the tq formats for head_dim d (no
-// key normalization: timing does not depend on the statistics).
-struct TqCodec {
+// The tq codec for head_dim d (no key normalization: timing does not depend
+// on the statistics; RoPE theta 500000 as Llama 3).
+struct TqCodec : tq::cudatest::TqCodecParts {
   TqCodec(KvDtype dtype, int32_t d, int32_t positions)
-      : rotation(d, 0x7451515120260ull),
-        kcb(tq::SphereCoordinateCodebook(d, 1 << tq::kernels::TqKeyBits(dtype))),
-        vcb(tq::SphereCoordinateCodebook(d, 1 << tq::kernels::TqValueBits(dtype))) {
-    const int32_t half = d / 2;
-    cos.resize(static_cast<size_t>(positions) * half);
-    sin.resize(cos.size());
-    for (int32_t p = 0; p < positions; ++p) {
-      for (int32_t i = 0; i < half; ++i) {
-        const double a = p * std::pow(500000.0, -2.0 * i / d);
-        cos[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(a));
-        sin[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(a));
-      }
-    }
-    codec.rotation = &rotation;
-    codec.k_centroids = kcb.centroids.data();
-    codec.k_boundaries = kcb.boundaries.data();
-    codec.v_centroids = vcb.centroids.data();
-    codec.v_boundaries = vcb.boundaries.data();
-    codec.rope_cos = cos.data();
-    codec.rope_sin = sin.data();
-    codec.rope_positions = positions;
-  }
-  tq::kernels::Rotation rotation;
-  tq::ScalarCodebook kcb, vcb;
-  std::vector<float> cos, sin;
-  tq::kernels::TqLayerCodec codec;
+      : TqCodecParts(dtype, d, positions, 0x7451515120260ull, 500000.0) {}
 };
 
 double CopyBandwidth(Bench& b) {

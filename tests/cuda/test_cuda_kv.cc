@@ -17,46 +17,20 @@
 #include "kernels/kv_layout.h"
 #include "kernels/tq/rotation.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda/tq_codec_parts.h"
 
 namespace tq::cudatest {
 namespace {
 
 using kernels::KvDtype;
 
-// What the tq formats need (as TqCodecState builds it): rotation, codebooks
-// for the sphere-coordinate density, per-channel key statistics, RoPE table.
-struct TqParts {
+// The tq codec of a test: rotation seeded by `seed`, random per-channel key
+// statistics, RoPE theta 10000.
+struct TqParts : TqCodecParts {
   TqParts(KvDtype dtype, int32_t hd, int32_t kv_heads, int32_t positions, uint32_t seed)
-      : rotation(hd, 0x5eedull + seed),
-        kcb(SphereCoordinateCodebook(hd, 1 << kernels::TqKeyBits(dtype))),
-        vcb(SphereCoordinateCodebook(hd, 1 << kernels::TqValueBits(dtype))),
-        mean(RandomFloats(static_cast<size_t>(kv_heads) * hd, seed + 1, -0.5f, 0.5f)),
-        scale(RandomFloats(static_cast<size_t>(kv_heads) * hd, seed + 2, 0.5f, 2.0f)) {
-    const int32_t half = hd / 2;
-    cos.resize(static_cast<size_t>(positions) * half);
-    sin.resize(cos.size());
-    for (int32_t p = 0; p < positions; ++p) {
-      for (int32_t i = 0; i < half; ++i) {
-        const double a = p * std::pow(10000.0, -2.0 * i / hd);
-        cos[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(a));
-        sin[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(a));
-      }
-    }
-    codec.rotation = &rotation;
-    codec.k_centroids = kcb.centroids.data();
-    codec.k_boundaries = kcb.boundaries.data();
-    codec.v_centroids = vcb.centroids.data();
-    codec.v_boundaries = vcb.boundaries.data();
-    codec.k_mean = mean.data();
-    codec.k_scale = scale.data();
-    codec.rope_cos = cos.data();
-    codec.rope_sin = sin.data();
-    codec.rope_positions = positions;
-  }
-  kernels::Rotation rotation;
-  ScalarCodebook kcb, vcb;
-  std::vector<float> mean, scale, cos, sin;
-  kernels::TqLayerCodec codec;
+      : TqCodecParts(dtype, hd, positions, 0x5eedull + seed, 10000.0,
+                     RandomFloats(static_cast<size_t>(kv_heads) * hd, seed + 1, -0.5f, 0.5f),
+                     RandomFloats(static_cast<size_t>(kv_heads) * hd, seed + 2, 0.5f, 2.0f)) {}
 };
 
 struct Scenario {
