@@ -1,9 +1,13 @@
-// Stands in for the CUDA backend in tests/cuda/test_cuda_kv.cc and
-// test_cuda_plan.cc when they are built by tests/cuda/emulate/run.sh: every
-// op runs on the CPU backend except PagedAttention, which runs the real
-// kernels/cuda/paged_attention.cu and paged_prefill.cu (decode, prefill
-// tiles, split-K merge, host dispatch) under the emulation of emu_prelude.h,
-// on host memory. The tests then compare those kernels with the CPU backend.
+// Stands in for the CUDA backend in tests/cuda/test_cuda_kv.cc,
+// test_cuda_ops.cc and test_cuda_plan.cc when they are built by
+// tests/cuda/emulate/run.sh: KvWrite (kv_write.cu), PagedAttention
+// (paged_attention.cu, paged_prefill.cu: decode, prefill tiles, split-K
+// merge, host dispatch), Embedding / RmsNorm / Rope / SiluMul
+// (elementwise.cu) and the int8/int4 MatMul (quant_gemm.cu between the
+// elementwise fp16 conversions, as cuda_backend.cu does) run the real kernels
+// under the emulation of emu_prelude.h, on host memory; the dense MatMul
+// (cuBLAS on the GPU) runs on the CPU backend. The tests then compare those
+// kernels with the CPU backend.
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +16,8 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_info.h"
+#include "kernels/cuda/quant_gemm.h"
+#include "kernels/half.h"
 #include "kernels/op_checks.h"
 #include "kernels/tq/rotation.h"
 
@@ -30,29 +36,65 @@ class EmulatedAttentionBackend final : public Backend {
   void CopyToHost(void* dst, const void* src, size_t bytes) override {
     cpu_->CopyToHost(dst, src, bytes);
   }
-  void Embedding(const EmbeddingParams& p) override { cpu_->Embedding(p); }
-  void RmsNorm(const RmsNormParams& p) override { cpu_->RmsNorm(p); }
-  void MatMul(const MatMulParams& p) override { cpu_->MatMul(p); }
-  void Rope(const RopeParams& p) override { cpu_->Rope(p); }
-  void SiluMul(const SiluMulParams& p) override { cpu_->SiluMul(p); }
-  void KvWrite(const KvWriteParams& p) override { cpu_->KvWrite(p); }
+  void Embedding(const EmbeddingParams& p) override {
+    CheckEmbedding("cuda", p);
+    cuda::LaunchEmbedding(p, nullptr);
+  }
+  void RmsNorm(const RmsNormParams& p) override {
+    CheckRmsNorm("cuda", p);
+    cuda::LaunchRmsNorm(p, nullptr);
+  }
+  void Rope(const RopeParams& p) override {
+    CheckRope("cuda", p);
+    cuda::LaunchRope(p, nullptr);
+  }
+  void SiluMul(const SiluMulParams& p) override {
+    CheckSiluMul("cuda", p);
+    cuda::LaunchSiluMul(p, nullptr);
+  }
+
+  // int8/int4: fp16 activations, the weight-only GEMM, fp16 result widened
+  // (or added) into the fp32 output, as CudaBackend::QuantMatMul.
+  void MatMul(const MatMulParams& p) override {
+    CheckMatMul("cuda", p);
+    const WeightView& w = p.w;
+    if (w.dtype == WeightDtype::kF16 || w.dtype == WeightDtype::kBF16) {
+      DenseHalfMatMul(p);
+      return;
+    }
+    if (w.dtype != WeightDtype::kInt8 && w.dtype != WeightDtype::kInt4) {
+      cpu_->MatMul(p);
+      return;
+    }
+    std::vector<uint16_t> a16(static_cast<size_t>(p.rows) * w.in_features);
+    std::vector<uint16_t> out16(static_cast<size_t>(p.rows) * w.out_features);
+    cuda::LaunchToHalf(p.x, a16.data(), static_cast<int64_t>(a16.size()), false, nullptr);
+    cuda::QuantGemmParams q;
+    q.a = a16.data();
+    q.weight = static_cast<const uint8_t*>(w.data);
+    q.scales = w.scales;
+    q.zeros = w.zeros;
+    q.out = out16.data();
+    q.m = p.rows;
+    q.n = w.out_features;
+    q.k = w.in_features;
+    q.group_size = w.group_size;
+    q.dtype = w.dtype;
+    if (cuda::QuantGemm(q, nullptr) != cudaSuccess) throw std::runtime_error("QuantGemm failed");
+    cuda::LaunchFromHalf(out16.data(), p.out, static_cast<int64_t>(out16.size()), p.accumulate,
+                         nullptr);
+  }
+
+  void KvWrite(const KvWriteParams& p) override {
+    CheckKvWrite("cuda", p);
+    const cuda::DeviceTqCodec codec = Codec(p.cache);
+    cuda::LaunchKvWrite(p, p.cache.tq ? &codec : nullptr, nullptr);
+  }
 
   void PagedAttention(const PagedAttentionParams& p) override {
     CheckPagedAttention("cuda", p);
-    cuda::DeviceTqCodec codec;
+    const cuda::DeviceTqCodec codec = Codec(p.cache);
     const TqLayerCodec* c = p.cache.tq;
-    if (KvStoresPreRopeKeys(p.cache.layout.dtype)) {
-      codec = {c->rotation->signs().data(),
-               c->k_centroids,
-               c->k_boundaries,
-               c->v_centroids,
-               c->v_boundaries,
-               c->k_mean,
-               c->k_scale,
-               c->rope_cos,
-               c->rope_sin,
-               c->rope_positions};
-    }
     const cuda::AttentionBatchLayout layout = cuda::PlanAttentionBatch(p);
     const cuda::AttentionPlan plan = cuda::PlanAttention(p, kSms, layout);
     std::vector<float> workspace(plan.WorkspaceFloats(p) + 1);
@@ -63,6 +105,38 @@ class EmulatedAttentionBackend final : public Backend {
   }
 
  private:
+  // Stands in for cuBLAS on 16-bit weights: the activations rounded to the
+  // weight's format by elementwise.cu's ToHalf kernel (as CudaBackend::MatMul
+  // does before cublasGemmEx), then the CPU backend's fp32 matmul.
+  void DenseHalfMatMul(const MatMulParams& p) {
+    const bool bf16 = p.w.dtype == WeightDtype::kBF16;
+    const size_t n = static_cast<size_t>(p.rows) * p.w.in_features;
+    std::vector<uint16_t> x16(n);
+    cuda::LaunchToHalf(p.x, x16.data(), static_cast<int64_t>(n), bf16, nullptr);
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; ++i) x[i] = bf16 ? Bf16ToFloat(x16[i]) : HalfToFloat(x16[i]);
+    MatMulParams q = p;
+    q.x = x.data();
+    cpu_->MatMul(q);
+  }
+
+  // The layer's tq codec as the kernels read it (host memory is the
+  // emulator's device memory); empty for the other formats.
+  static cuda::DeviceTqCodec Codec(const KvLayerView& cache) {
+    if (!KvStoresPreRopeKeys(cache.layout.dtype)) return {};
+    const TqLayerCodec* c = cache.tq;
+    return {c->rotation->signs().data(),
+            c->k_centroids,
+            c->k_boundaries,
+            c->v_centroids,
+            c->v_boundaries,
+            c->k_mean,
+            c->k_scale,
+            c->rope_cos,
+            c->rope_sin,
+            c->rope_positions};
+  }
+
   // Few SMs, so that small test batches split the context too.
   static constexpr int32_t kSms = 2;
   std::unique_ptr<Backend> cpu_;

@@ -1,5 +1,5 @@
-// The warp intrinsics and atomics kernels/cuda/topk.cu uses, for the CPU
-// emulation of emu_prelude.h (included after it): ballots and matches
+// The warp intrinsics and atomics kernels/cuda/topk.cu uses beyond
+// emu_prelude.h's (included first): matches
 // exchange through the warp's memory between two warp barriers (every lane
 // must reach them, as on the GPU with a full mask), shared-memory atomics are
 // real atomics (the emulated threads are std::threads).
@@ -11,25 +11,6 @@
 #include <cstring>
 
 #include "tests/cuda/emulate/emu_prelude.h"
-
-inline unsigned EmuWarpGather(uint32_t v, uint32_t* all, int* lane) {
-  const int t = static_cast<int>(emu_thread.tid.x), w = t / 32;
-  *lane = t % 32;
-  std::memcpy(&emu_exchange[w][*lane], &v, sizeof(v));
-  emu_warp_barrier[w]->arrive_and_wait();
-  for (int l = 0; l < 32; ++l) std::memcpy(&all[l], &emu_exchange[w][l], sizeof(uint32_t));
-  emu_warp_barrier[w]->arrive_and_wait();
-  return 0;
-}
-
-inline unsigned __ballot_sync(unsigned, bool pred) {
-  uint32_t all[32];
-  int lane;
-  EmuWarpGather(pred ? 1u : 0u, all, &lane);
-  unsigned bits = 0;
-  for (int l = 0; l < 32; ++l) bits |= (all[l] ? 1u : 0u) << l;
-  return bits;
-}
 
 inline unsigned __match_any_sync(unsigned, uint32_t v) {
   uint32_t all[32];

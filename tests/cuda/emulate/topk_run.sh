@@ -9,10 +9,8 @@ cd "$(dirname "$0")/../../.."
 out=build/emulate
 mkdir -p "$out/gen/kernels/cuda"
 cuda_inc=${CUDA_HOME:-/usr/local/cuda}/include
-sed -e 's|LogitsTopKKernel<<<p.rows, kThreads, 0, stream>>>(p);|EmuLaunch(LogitsTopKKernel, dim3(p.rows), kThreads, 0, p);|' \
-    -e 's|TQ_CUDA_CHECK_LAUNCH();|(void)stream;|' \
-    kernels/cuda/topk.cu > "$out/gen/kernels/cuda/topk.cu.cc"
-grep -q "<<<" "$out/gen/kernels/cuda/topk.cu.cc" && { echo "topk_run.sh: the launch was not converted" >&2; exit 1; }
+. tests/cuda/emulate/convert.sh
+emu_convert kernels/cuda/topk.cu "$out/gen/kernels/cuda/topk.cu.cc"
 flags=(-std=c++20 -O1 -w -I. -isystem "$cuda_inc")
 g++ "${flags[@]}" -include tests/cuda/emulate/topk_intrinsics.h -c "$out/gen/kernels/cuda/topk.cu.cc" -o "$out/topk.o"
 g++ "${flags[@]}" -c tests/cuda/emulate/topk_emulated.cc -o "$out/topk_emulated.o"
