@@ -155,7 +155,10 @@ bool DecodeGraphRunner::TryForward(LlamaModel& model, const ForwardBatch& batch,
     // Prepare's warm-ups wrote no KV and overwrote the inputs, so upload again.
     Prepare(model, cache);
     backend_->CopyToDevice(inputs_.data(), packed_.data(), packed_.size() * sizeof(int32_t));
-    if (!graphs_.at(bucket)->Launch()) {
+    const auto again = graphs_.find(bucket);
+    if (again == graphs_.end()) {
+      RunBucket(model, cache, bucket);  // the new capture failed: graphs are off, run eagerly
+    } else if (!again->second->Launch()) {
       throw std::logic_error("DecodeGraphRunner: graphs went stale right after their capture");
     }
   }

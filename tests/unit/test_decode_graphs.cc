@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
 #include <stdexcept>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/model/decode_graphs.h"
@@ -140,6 +143,64 @@ TEST(DecodeGraphRunnerTest, PaddedBucketsMatchEagerTokensAndKvBytes) {
           << "pool " << i << " block " << block;
     }
   }
+}
+
+// The CPU backend behind a graph API that fails the way a GPU can: every
+// graph of the first capture reports itself stale on Launch, and every later
+// capture throws. All other ops are the CPU backend's.
+class StaleThenFailingGraphs : public kernels::Backend {
+ public:
+  std::string_view Name() const override { return "stale-graphs"; }
+  void* Allocate(size_t bytes) override { return cpu_->Allocate(bytes); }
+  void Free(void* ptr) override { cpu_->Free(ptr); }
+  void CopyToDevice(void* d, const void* s, size_t n) override { cpu_->CopyToDevice(d, s, n); }
+  void CopyToHost(void* d, const void* s, size_t n) override { cpu_->CopyToHost(d, s, n); }
+  kernels::WeightView PrepareWeight(const kernels::WeightView& w,
+                                    kernels::BackendBuffer* storage) override {
+    return cpu_->PrepareWeight(w, storage);
+  }
+  void Embedding(const kernels::EmbeddingParams& p) override { cpu_->Embedding(p); }
+  void RmsNorm(const kernels::RmsNormParams& p) override { cpu_->RmsNorm(p); }
+  void MatMul(const kernels::MatMulParams& p) override { cpu_->MatMul(p); }
+  void Rope(const kernels::RopeParams& p) override { cpu_->Rope(p); }
+  void SiluMul(const kernels::SiluMulParams& p) override { cpu_->SiluMul(p); }
+  void KvWrite(const kernels::KvWriteParams& p) override { cpu_->KvWrite(p); }
+  void PagedAttention(const kernels::PagedAttentionParams& p) override { cpu_->PagedAttention(p); }
+  std::unique_ptr<kernels::BackendGraph> CaptureGraph(const std::function<void()>&) override {
+    struct Stale : kernels::BackendGraph {
+      explicit Stale(StaleThenFailingGraphs* b) : backend(b) {}
+      bool Launch() override {
+        backend->stale_seen = true;
+        return false;
+      }
+      StaleThenFailingGraphs* backend;
+    };
+    if (stale_seen) throw std::runtime_error("capture failed");
+    return std::make_unique<Stale>(this);
+  }
+  bool stale_seen = false;
+
+ private:
+  std::unique_ptr<kernels::Backend> cpu_ = kernels::CreateCpuBackend(2);
+};
+
+// A stale graph whose re-capture fails turns graphs off and runs that step
+// eagerly (it used to throw std::out_of_range out of the decode step).
+TEST(DecodeGraphRunnerTest, FailedRecaptureRunsTheStepEagerly) {
+  const std::vector<int32_t> new_tokens = {6, 6, 4, 3, 3};
+  CpuModel eager;
+  const auto want =
+      testing::GreedyTogether(eager.model, *eager.cache, testing::DecodeGraphPrompts(), new_tokens);
+
+  StaleThenFailingGraphs backend;
+  const ModelFiles files = LoadModelFiles(TQ_MODEL_DIR);
+  LlamaModel model(files.config, LoadLlamaWeights(TQ_MODEL_DIR, files.config, &backend), &backend);
+  kernels::KvLayout layout = eager.cache->layout();
+  PagedKvCache cache(&backend, files.config.num_hidden_layers, layout, nullptr);
+  model.EnableDecodeGraphs(8, 512 / 16);
+  EXPECT_EQ(testing::GreedyTogether(model, cache, testing::DecodeGraphPrompts(), new_tokens), want);
+  EXPECT_TRUE(backend.stale_seen);
+  EXPECT_NE(model.decode_graphs()->disabled_reason().find("capture failed"), std::string::npos);
 }
 
 TEST(DecodeGraphRunnerTest, CpuWithoutFallbackRunsEagerly) {
