@@ -3,6 +3,7 @@
 
 #include "server/http/json_fields.h"
 #include "server/http/openai_errors.h"
+#include "server/http/unsupported_fields.h"
 
 namespace tq::http {
 namespace {
@@ -74,6 +75,7 @@ GenerationParams ParseGenerationParams(const json& body, const ModelContext& ctx
   }
 
   p.n = static_cast<int32_t>(GetInt(body, "n", 1, kMaxN).value_or(1));
+  RejectUnimplementedFields(body, p.n);
   for (std::string& stop : GetStringOrList(body, "stop", kMaxStopStrings)) {
     if (!stop.empty()) p.stop.push_back(std::move(stop));
   }

@@ -193,7 +193,7 @@ TEST(OpenAiCompletionRequest, FieldsAndAliases) {
       "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.2,
       "logprobs": 0, "echo": true, "ignore_eos": true, "stream": true,
       "stream_options": {"include_usage": true}, "user": "u1", "priority": -3,
-      "best_of": 1, "some_future_field": {"nested": [1, 2]}})"),
+      "best_of": 3, "some_future_field": {"nested": [1, 2]}})"),
                                                      Ctx());
   EXPECT_EQ(r.params.max_tokens, 7);  // max_completion_tokens wins
   EXPECT_EQ(r.params.sampling.temperature, 0.5);
@@ -371,6 +371,95 @@ TEST(OpenAiErrors, DumpReplacesInvalidUtf8) {
   EXPECT_EQ(out,
             "{\"text\":\"a\xef\xbf\xbd"
             "b\"}");  // U+FFFD
+}
+
+// Field status (docs/api.md "Field status"): every OpenAI / vLLM field that
+// would change the output and is not implemented is a 400 naming it, on both
+// generation endpoints; fields that change nothing the client gets pass.
+// Adds `extra` (a JSON object's members) to a minimal body of each endpoint.
+json Completion(const std::string& extra) {
+  json body = json::parse(extra);
+  body["prompt"] = "x";
+  return body;
+}
+json Chat(const std::string& extra) {
+  json body = json::parse(extra);
+  body["messages"] = json::array({{{"role", "user"}, {"content", "hi"}}});
+  return body;
+}
+
+// The param of the 400 a parse throws; "" when it throws nothing.
+template <typename Fn>
+std::string ParamOf(Fn&& fn) {
+  try {
+    fn();
+  } catch (const ApiException& e) {
+    EXPECT_EQ(e.error().status, 400);
+    return e.error().param;
+  }
+  return "";
+}
+
+struct Case {
+  const char* extra;
+  const char* param;  // "" = accepted
+};
+
+const Case kCases[] = {
+    {R"({"tools": [{"type": "function", "function": {"name": "f"}}]})", "tools"},
+    {R"({"tools": []})", ""},
+    {R"({"tool_choice": "required"})", "tool_choice"},
+    {R"({"tool_choice": {"type": "function", "function": {"name": "f"}}})", "tool_choice"},
+    {R"({"tool_choice": "none"})", ""},
+    {R"({"tool_choice": "auto"})", ""},
+    {R"({"functions": [{"name": "f"}]})", "functions"},
+    {R"({"function_call": {"name": "f"}})", "function_call"},
+    {R"({"function_call": "none"})", ""},
+    {R"({"parallel_tool_calls": false})", ""},  // no effect without tools
+    {R"({"best_of": 2})", "best_of"},
+    {R"({"best_of": 1})", ""},
+    {R"({"best_of": 2, "n": 2})", ""},
+    {R"({"modalities": ["text", "audio"]})", "modalities"},
+    {R"({"modalities": ["text"]})", ""},
+    {R"({"audio": {"voice": "alloy", "format": "wav"}})", "audio"},
+    {R"({"prediction": {"type": "content", "content": "x"}})", "prediction"},
+    {R"({"web_search_options": {}})", "web_search_options"},
+    {R"({"stream": true, "stream_options": {"continuous_usage_stats": true}})",
+     "stream_options.continuous_usage_stats"},
+    {R"({"stream": true, "stream_options": {"continuous_usage_stats": false}})", ""},
+    {R"({"response_format": {"type": "text"}})", ""},
+    {R"({"response_format": "json"})", "response_format"},
+    {R"({"min_tokens": 3})", "min_tokens"},
+    {R"({"min_tokens": 0})", ""},
+    {R"({"use_beam_search": true})", "use_beam_search"},
+    {R"({"length_penalty": 1.0})", ""},
+    {R"({"length_penalty": 2})", "length_penalty"},
+    {R"({"include_stop_str_in_output": true})", "include_stop_str_in_output"},
+    {R"({"skip_special_tokens": false})", "skip_special_tokens"},
+    {R"({"bad_words": ["x"]})", "bad_words"},
+    {R"({"allowed_token_ids": [1, 2]})", "allowed_token_ids"},
+    {R"({"chat_template": "{{ x }}"})", "chat_template"},
+    {R"({"user": "u", "store": true, "metadata": {"k": "v"}, "service_tier": "auto",
+         "reasoning_effort": "low", "logit_bias": {}})",
+     ""},
+};
+
+TEST(OpenAiFieldStatus, UnimplementedOutputFieldsAre400OnBothEndpoints) {
+  for (const Case& c : kCases) {
+    EXPECT_EQ(ParamOf([&] { ParseCompletionRequest(Completion(c.extra), Ctx()); }), c.param)
+        << "completions " << c.extra;
+    EXPECT_EQ(ParamOf([&] { ParseChatRequest(Chat(c.extra), Ctx()); }), c.param)
+        << "chat " << c.extra;
+  }
+}
+
+TEST(OpenAiFieldStatus, MessageNamesTheField) {
+  try {
+    ParseChatRequest(Chat(R"({"tools": [{"type": "function"}]})"), Ctx());
+    FAIL() << "tools accepted";
+  } catch (const ApiException& e) {
+    EXPECT_NE(e.error().message.find("'tools'"), std::string::npos) << e.error().message;
+  }
 }
 
 }  // namespace
