@@ -3,6 +3,7 @@
 namespace tq {
 
 void RequestStream::Push(EngineOutput output) {
+  std::shared_ptr<const std::function<void()>> listener;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (pending_) {
@@ -10,8 +11,21 @@ void RequestStream::Push(EngineOutput output) {
     } else {
       pending_ = std::move(output);
     }
+    listener = listener_;
   }
   cv_.notify_all();
+  if (listener) (*listener)();
+}
+
+void RequestStream::SetListener(std::function<void()> on_ready) {
+  std::shared_ptr<const std::function<void()>> now;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    listener_.reset();
+    if (on_ready) listener_ = std::make_shared<const std::function<void()>>(std::move(on_ready));
+    if (pending_ && !delivered_final_) now = listener_;
+  }
+  if (now) (*now)();
 }
 
 std::optional<EngineOutput> RequestStream::Next(std::chrono::milliseconds timeout) {

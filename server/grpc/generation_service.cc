@@ -9,6 +9,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "server/grpc/generate_response.h"
 #include "server/grpc/grpc_status.h"
+#include "server/session/request_session.h"
 
 #ifndef TQ_VERSION
 #define TQ_VERSION "0.0.0"
@@ -145,30 +146,22 @@ grpc::Status GenerationServiceImpl::Generate(grpc::ServerContext* context,
 GenerationServiceImpl::StreamResult GenerationServiceImpl::RunStream(
     grpc::ServerContext* context, EngineClient& engine, const GenerateParams& params,
     grpc::ServerWriter<pb::GenerateResponse>* writer) {
-  const std::string& id = params.request.request_id;
-  std::shared_ptr<RequestStream> stream;
+  // Until the engine has ended the request, leaving this function any other
+  // way (cancel, deadline, failed write, exception) destroys the session,
+  // which aborts it: its KV blocks are freed in the engine's next step.
+  RequestSession session(
+      {[&engine](EngineRequest r) { return engine.Submit(std::move(r)); },
+       [&engine](const std::string& id, FinishReason reason) { engine.Abort(id, reason); }},
+      engine.tokenizer(), {params.request}, params.stop);
   try {
-    stream = engine.Submit(params.request);
+    session.Submit();
   } catch (const EngineUnavailable& e) {
     throw Unavailable(e.what());
   } catch (const Error& e) {
     // What the engine validates beyond the parser (messages name the field).
     throw RpcError(grpc::StatusCode::INVALID_ARGUMENT, e.what());
   }
-  // Until the engine has ended the request, leaving this function any other
-  // way (cancel, deadline, failed write, exception) aborts it: its KV blocks
-  // are freed in the engine's next step.
-  bool engine_done = false;
-  struct AbortUnlessDone {
-    EngineClient& engine;
-    const std::string& id;
-    const bool& done;
-    ~AbortUnlessDone() {
-      if (!done) engine.Abort(id);
-    }
-  } abort_guard{engine, id, engine_done};
-
-  GenerateResponder responder(engine.tokenizer(), id, params);
+  GenerateResponder responder(engine.tokenizer(), params.request.request_id, params);
   pb::GenerateResponse message;
   StreamResult result;
   while (!responder.finished()) {
@@ -180,27 +173,18 @@ GenerationServiceImpl::StreamResult GenerationServiceImpl::RunStream(
                           : grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
       return result;
     }
-    std::optional<EngineOutput> output = stream->Next(options_.cancel_poll);
-    if (!output) continue;
-    if (output->finished()) engine_done = true;
-    if (output->finish == FinishReason::kError) {
-      result.status =
-          grpc::Status(grpc::StatusCode::INTERNAL, "the engine failed: " + output->error);
-      return result;
+    for (const SessionDelta& delta : session.Poll(options_.cancel_poll)) {
+      if (!responder.Build(delta, &message)) continue;
+      if (!writer->Write(message)) {
+        result.status = grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+        return result;
+      }
     }
-    if (output->finish == FinishReason::kAbort) {
-      // Ours are never read back, so the server aborted it (drain timeout).
-      result.status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                   "the request was aborted: the server is shutting down");
-      return result;
-    }
-    if (!responder.Add(std::move(*output), &message)) continue;
-    if (responder.stopped_by_string() && !engine_done) {
-      engine.Abort(id, FinishReason::kStop);  // metrics count it as a stop
-      engine_done = true;
-    }
-    if (!writer->Write(message)) {
-      result.status = grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+    if (const auto& failure = session.failure()) {
+      result.status = grpc::Status(failure->kind == SessionFailure::Kind::kServerAborted
+                                       ? grpc::StatusCode::UNAVAILABLE
+                                       : grpc::StatusCode::INTERNAL,
+                                   failure->message);
       return result;
     }
   }

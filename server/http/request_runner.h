@@ -1,5 +1,6 @@
-// Runs the choices of one API request on the engine and turns their token
-// streams into text deltas (stop strings, logprobs, usage).
+// Runs the choices of one OpenAI API request on a RequestSession and turns
+// its deltas into the API's choice deltas (echo, logprob text offsets,
+// finish and stop reasons, usage).
 #pragma once
 
 #include <chrono>
@@ -11,22 +12,15 @@
 #include <vector>
 
 #include "engine/runtime/request.h"
-#include "engine/runtime/request_stream.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "server/http/choice_output.h"
 #include "server/http/openai_errors.h"
-#include "server/text/output_text.h"
+#include "server/session/request_session.h"
 
 namespace tq::http {
 
-/// How a runner reaches the engine: EngineClient::Submit / Abort in the
-/// daemon, a fake in tests. submit may throw EngineUnavailable or tq::Error;
-/// abort gets kStop for a stop string (counted as a stop, as vLLM does) and
-/// kAbort for a client that went away.
-struct EngineCalls {
-  std::function<std::shared_ptr<RequestStream>(EngineRequest)> submit;
-  std::function<void(const std::string&, FinishReason)> abort;
-};
+/// How a runner reaches the engine (see SessionEngine).
+using EngineCalls = SessionEngine;
 
 /// One choice to generate.
 struct ChoiceSpec {
@@ -37,25 +31,21 @@ struct ChoiceSpec {
   std::string echo_text;
 };
 
-/// The choices of one request. Not thread-safe: one HTTP worker thread owns
-/// it (the engine thread only pushes into the RequestStreams). Destroying it
-/// aborts every choice that has not finished, so a dropped connection or an
-/// exception frees the engine's KV blocks.
+/// The choices of one request. Not thread-safe: one owner (the connection
+/// serving it); the engine thread only pushes into the streams. Destroying it
+/// aborts every choice that has not finished (RequestSession).
 ///
-/// Per choice an OutputTextStream applies the stop strings; when one matches,
-/// the runner aborts that engine request and ends the choice with
-/// finish_reason "stop", stop_reason the matched string and completion tokens
-/// counted up to the token that completed it (as vLLM). An engine finish
-/// kStop/kLength is "stop"/"length" (stop_reason: the stop token id when one
-/// of stop_token_ids ended it). kError, or a kAbort the runner did not ask for
-/// (drain timeout), ends the whole request with error().
+/// Stop strings end a choice with finish_reason "stop" and stop_reason the
+/// matched string (as reported by the session's OutputTextStream); an engine
+/// finish kStop/kLength is "stop"/"length" (stop_reason: the stop token id
+/// when one of stop_token_ids ended it). An engine error (500) or a server
+/// abort (503, drain timeout) ends the whole request with error().
 class RequestRunner {
  public:
   /// `want_logprobs`: fill ChoiceDelta::logprobs (the requests' num_logprobs
   /// must be >= 0 then). `tokenizer` must outlive the runner.
   RequestRunner(EngineCalls engine, const Tokenizer& tokenizer, std::vector<ChoiceSpec> choices,
                 std::vector<std::string> stop, bool want_logprobs);
-  ~RequestRunner();
   RequestRunner(const RequestRunner&) = delete;
   RequestRunner& operator=(const RequestRunner&) = delete;
 
@@ -67,29 +57,31 @@ class RequestRunner {
   /// what they produced (possibly nothing). A finished choice's last delta has
   /// its finish_reason. After an error, returns nothing more.
   std::vector<ChoiceDelta> Poll(std::chrono::milliseconds timeout);
+  /// Poll without waiting (after a SetNotify wake-up).
+  std::vector<ChoiceDelta> Take();
+  /// See RequestSession::SetNotify (event-loop front ends).
+  void SetNotify(std::function<void()> notify) { session_.SetNotify(std::move(notify)); }
 
   /// Every choice finished, or the request failed.
-  bool done() const;
+  bool done() const { return session_.done() || error_.has_value(); }
   /// Why the request failed (500 engine error, 503 aborted by the server).
   const std::optional<ApiError>& error() const { return error_; }
   /// Aborts every unfinished choice (client gone); done() afterwards.
-  void AbortAll();
+  void AbortAll() { session_.AbortAll(); }
 
   /// Usage so far (final once done()).
   Usage usage() const;
-  size_t num_choices() const { return choices_.size(); }
+  size_t num_choices() const { return specs_.size(); }
 
  private:
-  struct Choice;
-  void Handle(Choice& c, EngineOutput&& out, ChoiceDelta& delta);
-  void PushToken(Choice& c, int32_t token, const PositionLogprobs* lp, ChoiceDelta& delta);
-  void Fail(ApiError error);
+  std::vector<ChoiceDelta> Convert(std::vector<SessionDelta> deltas);
+  void Echo(const ChoiceSpec& spec, const SessionDelta& d, ChoiceDelta& out, int64_t& chars) const;
 
-  EngineCalls engine_;
   const Tokenizer& tokenizer_;
-  std::vector<std::string> stop_;
   bool want_logprobs_;
-  std::vector<std::unique_ptr<Choice>> choices_;
+  std::vector<ChoiceSpec> specs_;  // echo, indexes (requests moved into the session)
+  std::vector<int64_t> emitted_;   // code points of each choice's text so far (echo included)
+  RequestSession session_;
   std::optional<ApiError> error_;
 };
 

@@ -42,9 +42,17 @@ std::string OutputTextStream::Finish() {
 
 std::string OutputTextStream::Release(bool final) {
   size_t first = std::string::npos;
-  for (const std::string& s : stop_) first = std::min(first, held_.find(s));
-  if (first != std::string::npos) {
+  const std::string* match = nullptr;
+  for (const std::string& s : stop_) {
+    const size_t at = held_.find(s);
+    if (at != std::string::npos && (at < first || (at == first && s.size() < match->size()))) {
+      first = at;
+      match = &s;
+    }
+  }
+  if (match != nullptr) {
     stopped_ = true;
+    stop_string_ = *match;
     std::string out = held_.substr(0, first);
     held_.clear();
     return out;

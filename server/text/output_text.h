@@ -39,6 +39,9 @@ class OutputTextStream {
 
   /// A stop string was found.
   bool stopped() const { return stopped_; }
+  /// The stop string that ended the text ("" unless stopped()): the one that
+  /// starts first; of several starting there, the shortest.
+  const std::string& stop_string() const { return stop_string_; }
   /// Tokens consumed up to and including the one that completed the stop
   /// string (usage.completion_tokens of a stopped sequence); else all pushed.
   int32_t num_tokens() const { return num_tokens_; }
@@ -48,6 +51,7 @@ class OutputTextStream {
   std::vector<std::string> stop_;
   std::string held_;  // decoded but not yet emitted (could start a stop string)
   bool stopped_ = false;
+  std::string stop_string_;  // the match, once stopped_
   int32_t num_tokens_ = 0;
 
   // Cuts held_ at the first stop string (setting stopped_), or returns all

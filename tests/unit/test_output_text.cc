@@ -57,6 +57,7 @@ struct Expected {
   std::string text;
   int32_t num_tokens;
   bool stopped;
+  std::string stop;  // the stop string found first (shortest of those starting there)
 };
 
 class OutputTextTest : public ::testing::Test {
@@ -88,9 +89,18 @@ class OutputTextTest : public ::testing::Test {
       for (const std::string& s : stops) {
         if (!s.empty()) first = std::min(first, text.find(s));
       }
-      if (first != std::string::npos) return {text.substr(0, first), static_cast<int32_t>(k), true};
+      if (first == std::string::npos) continue;
+      std::string stop;
+      for (const std::string& s : stops) {
+        if (!s.empty() && text.compare(first, s.size(), s) == 0 &&
+            (stop.empty() || s.size() < stop.size())) {
+          stop = s;
+        }
+      }
+      return {text.substr(0, first), static_cast<int32_t>(k), true, stop};
     }
-    return {DecodeAfter(prompt, output, output.size()), static_cast<int32_t>(output.size()), false};
+    return {DecodeAfter(prompt, output, output.size()), static_cast<int32_t>(output.size()), false,
+            ""};
   }
 
   // Streams `output` in chunks of `chunk` tokens and checks it against the
@@ -125,6 +135,7 @@ class OutputTextTest : public ::testing::Test {
     sent += tail;
     EXPECT_EQ(sent, want.text);
     EXPECT_EQ(stream.stopped(), want.stopped);
+    EXPECT_EQ(stream.stop_string(), want.stop);
     EXPECT_EQ(stream.num_tokens(), want.num_tokens);
   }
 
@@ -174,6 +185,7 @@ TEST_F(OutputTextTest, ManyTextsAndStopStringsMatchTheOracle) {
         {decoded.substr(decoded.rfind(' ') + 1) + "zzz"},  // only its start is present, at the end
         {"ab", "b"},
         {"he", "e", "the"},
+        {" the", " t"},  // both start at the same place: the shorter is reported
         {"", "."},
     };
     // Substrings of the text itself, spanning several tokens.
