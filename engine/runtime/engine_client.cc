@@ -17,8 +17,6 @@
 namespace tq {
 namespace {
 
-constexpr int32_t kMaxLogprobs = 20;  // as vLLM's default max_logprobs
-
 struct AddCommand {
   EngineRequest request;
   std::shared_ptr<RequestStream> stream;
@@ -47,6 +45,7 @@ EngineInfo DescribeEngine(const EngineOptions& options, const LoadedModel& m) {
   info.max_num_seqs = options.max_num_seqs;
   info.max_num_batched_tokens = options.max_num_batched_tokens;
   info.vocab_size = m.files.config.vocab_size;
+  info.max_logprobs = options.max_logprobs;
   info.ranks = DescribeRanks(m);
   for (const RankMemory& r : info.ranks) {
     for (const auto& [precision, bytes] : r.weight_bytes) info.weight_bytes[precision] += bytes;
@@ -187,8 +186,8 @@ std::shared_ptr<RequestStream> EngineClient::Submit(EngineRequest request) {
   State& s = *state_;
   if (request.request_id.empty()) throw Error("request_id is empty");
   CheckRequestIds(request.prompt_ids, request.sampling, s.info.max_model_len, s.info.vocab_size);
-  if (request.num_logprobs < -1 || request.num_logprobs > kMaxLogprobs) {
-    throw Error("logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "], got " +
+  if (request.num_logprobs < -1 || request.num_logprobs > s.info.max_logprobs) {
+    throw Error("logprobs must be in [0, " + std::to_string(s.info.max_logprobs) + "], got " +
                 std::to_string(request.num_logprobs));
   }
   auto stream = std::make_shared<RequestStream>(request.request_id);

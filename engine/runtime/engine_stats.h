@@ -34,6 +34,7 @@ struct EngineInfo {
   int32_t max_num_seqs = 0;
   int32_t max_num_batched_tokens = 0;
   int32_t vocab_size = 0;
+  int32_t max_logprobs = 20;                   // EngineOptions::max_logprobs
   std::map<std::string, size_t> weight_bytes;  // by precision ("fp32", "fp16", "int4", ...)
   std::string weights_summary;                 // LlamaWeights::MemorySummary(), for the log
   std::string kv_calibration_source;

@@ -49,6 +49,8 @@ struct EngineOptions {
   // CUDA: decode steps from per-batch-size CUDA graphs (--cuda-graphs,
   // docs/cuda.md "CUDA graphs"); ignored on the CPU and under tensor parallelism.
   bool cuda_graphs = false;
+  // Most top logprobs a request may ask for per token (vLLM's --max-logprobs).
+  int32_t max_logprobs = 20;
 };
 
 /// Why generation stopped (OpenAI finish_reason): "stop" (EOS or a stop

@@ -44,6 +44,7 @@ std::vector<int32_t> ReadPrompt(const tqserve::v1::GenerateRequest& request,
     case Request::kText: {
       *field = "text";
       if (request.text().empty()) throw InvalidArgument("text", "must not be empty");
+      CheckPromptText(request.text(), limits, *field);
       return tokenizer.Encode(
           request.text(), request.has_add_special_tokens() ? request.add_special_tokens() : true);
     }
@@ -62,6 +63,13 @@ std::vector<int32_t> ReadPrompt(const tqserve::v1::GenerateRequest& request,
 }
 
 }  // namespace
+
+void CheckPromptText(const std::string& text, const ModelLimits& limits, const std::string& field) {
+  if (auto refusal =
+          guard::CheckPromptBytes(text, limits.max_prompt_bytes, limits.max_model_len, field)) {
+    throw Refused(field, *refusal);
+  }
+}
 
 void CheckModel(const std::string& model, const ModelLimits& limits) {
   if (!model.empty() && model != limits.served_model_name) throw ModelNotFound(model);
@@ -84,16 +92,17 @@ GenerateParams ParseGenerateRequest(const tqserve::v1::GenerateRequest& request,
   out.request.sampling = ReadSampling(s, limits.defaults);
   const auto& stop_ids = out.request.sampling.stop_token_ids;
   CheckTokenIds(stop_ids, limits.vocab_size, "sampling.stop_token_ids");
-  if (static_cast<size_t>(s.stop_size()) > kMaxStopStrings) {
-    throw InvalidArgument("sampling.stop", "must have at most " + std::to_string(kMaxStopStrings) +
-                                               " entries, got " + std::to_string(s.stop_size()));
+  const std::vector<std::string> stops(s.stop().begin(), s.stop().end());
+  if (auto refusal = guard::CheckStopStrings(stops, "stop")) {
+    throw Refused("sampling.stop", *refusal);
   }
-  for (const std::string& stop : s.stop()) {
+  for (const std::string& stop : stops) {
     if (!stop.empty()) out.stop.push_back(stop);
   }
   if (s.has_logprobs()) {
-    if (s.logprobs() < 0 || s.logprobs() > kMaxLogprobs) {
-      throw InvalidArgument("sampling.logprobs", "must be in [0, " + std::to_string(kMaxLogprobs) +
+    if (s.logprobs() < 0 || s.logprobs() > limits.max_logprobs) {
+      throw InvalidArgument("sampling.logprobs", "must be in [0, " +
+                                                     std::to_string(limits.max_logprobs) +
                                                      "], got " + std::to_string(s.logprobs()));
     }
     out.request.num_logprobs = s.logprobs();
@@ -115,6 +124,9 @@ GenerateParams ParseGenerateRequest(const tqserve::v1::GenerateRequest& request,
                                                      " and the prompt has " +
                                                      std::to_string(prompt_len) + " tokens, but " +
                                                      context + " (prompt + max_tokens must fit)");
+  }
+  if (auto refusal = guard::CheckLogprobVolume(max_tokens, out.request.num_logprobs)) {
+    throw Refused("sampling.logprobs", *refusal);
   }
   return out;
 }

@@ -23,12 +23,12 @@ struct ModelLimits {
   int32_t max_model_len = 0;      // tokens (prompt + output)
   int32_t vocab_size = 0;         // token ids must be in [0, vocab_size)
   GenerationDefaults defaults;    // generation_config.json (unset sampling fields)
+  int64_t max_prompt_bytes = 0;   // guard::MaxPromptBytes (0 = no byte bound)
+  int32_t max_logprobs = 20;      // --max-logprobs
 };
 
 /// Limits and defaults shared with the HTTP API (docs/api.md, docs/grpc.md).
 inline constexpr int32_t kDefaultMaxTokens = 16;  // OpenAI's and vLLM's completions default
-inline constexpr size_t kMaxStopStrings = 64;     // OpenAI: 4; vLLM: unlimited
-inline constexpr int32_t kMaxLogprobs = 20;       // OpenAI's and vLLM's cap
 
 /// A validated Generate request.
 struct GenerateParams {
@@ -43,6 +43,10 @@ void CheckModel(const std::string& model, const ModelLimits& limits);
 /// Throws InvalidArgument naming `field` ("token_ids.ids[3] must be in [0,
 /// 512), got 9999") when an id is outside [0, vocab_size).
 void CheckTokenIds(std::span<const int32_t> ids, int32_t vocab_size, const std::string& field);
+
+/// Throws INVALID_ARGUMENT (with the refusal's reason) for a text of more
+/// than limits.max_prompt_bytes (guard::CheckPromptBytes): it cannot fit.
+void CheckPromptText(const std::string& text, const ModelLimits& limits, const std::string& field);
 
 /// Validates `request` and tokenizes its prompt (text with BOS unless
 /// add_special_tokens is false; token ids as they are). Unset sampling fields

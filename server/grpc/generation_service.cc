@@ -28,13 +28,14 @@ std::string NewRequestId() {
   return "gen-" + std::to_string(next.fetch_add(1));
 }
 
-// Runs `body`, turning RpcError into its status and anything else into
-// INTERNAL.
+// Runs `body`, turning RpcError into its status (a refusal counted in
+// `metrics`, which may be null) and anything else into INTERNAL.
 template <typename Body>
-grpc::Status Guarded(Body&& body) {
+grpc::Status Guarded(ServerMetrics* metrics, Body&& body) {
   try {
     return body();
   } catch (const RpcError& e) {
+    if (metrics != nullptr && !e.reason().empty()) metrics->OnRefused("grpc", e.reason());
     return e.status();
   } catch (const std::exception& e) {
     // A bug or out of memory: the call fails, the server keeps serving.
@@ -82,6 +83,8 @@ void GenerationServiceImpl::SetEngine(EngineClient* engine) {
   limits_.max_model_len = engine->info().max_model_len;
   limits_.vocab_size = engine->info().vocab_size;
   limits_.defaults = engine->files().generation;
+  limits_.max_prompt_bytes = guard::MaxPromptBytes(engine->tokenizer(), limits_.max_model_len);
+  limits_.max_logprobs = engine->info().max_logprobs;
   created_unix_s_ = std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch())
                         .count();
@@ -118,7 +121,7 @@ grpc::Status GenerationServiceImpl::Generate(grpc::ServerContext* context,
   std::string id;
   StreamResult result;
   int32_t prompt_tokens = 0;
-  result.status = Guarded([&] {
+  result.status = Guarded(metrics_, [&] {
     EngineClient& engine = ReadyEngine();
     InFlight in_flight(this);
     GenerateParams params = ParseGenerateRequest(*request, limits_, engine.tokenizer());
@@ -140,6 +143,7 @@ grpc::Status GenerationServiceImpl::Generate(grpc::ServerContext* context,
                    seconds);
     }
   }
+  guard::ReleaseFreedMemory(request->ByteSizeLong());  // a big prompt's freed heap
   return Record("Generate", result.status);
 }
 
@@ -196,9 +200,10 @@ GenerationServiceImpl::StreamResult GenerationServiceImpl::RunStream(
 grpc::Status GenerationServiceImpl::Tokenize(grpc::ServerContext*,
                                              const pb::TokenizeRequest* request,
                                              pb::TokenizeResponse* response) {
-  return Record("Tokenize", Guarded([&] {
+  return Record("Tokenize", Guarded(metrics_, [&] {
                   EngineClient& engine = ReadyEngine();
                   CheckModel(request->model(), limits_);
+                  CheckPromptText(request->text(), limits_, "text");
                   const bool add_special =
                       request->has_add_special_tokens() ? request->add_special_tokens() : true;
                   const std::vector<int32_t> ids =
@@ -213,7 +218,7 @@ grpc::Status GenerationServiceImpl::Tokenize(grpc::ServerContext*,
 grpc::Status GenerationServiceImpl::Detokenize(grpc::ServerContext*,
                                                const pb::DetokenizeRequest* request,
                                                pb::DetokenizeResponse* response) {
-  return Record("Detokenize", Guarded([&] {
+  return Record("Detokenize", Guarded(metrics_, [&] {
                   EngineClient& engine = ReadyEngine();
                   CheckModel(request->model(), limits_);
                   const auto& ids = request->token_ids();
@@ -226,7 +231,7 @@ grpc::Status GenerationServiceImpl::Detokenize(grpc::ServerContext*,
 
 grpc::Status GenerationServiceImpl::ListModels(grpc::ServerContext*, const pb::ListModelsRequest*,
                                                pb::ListModelsResponse* response) {
-  return Record("ListModels", Guarded([&] {
+  return Record("ListModels", Guarded(metrics_, [&] {
                   EngineClient& engine = ReadyEngine();
                   pb::ModelCard* card = response->add_models();
                   card->set_id(limits_.served_model_name);
@@ -242,7 +247,7 @@ grpc::Status GenerationServiceImpl::GetServerInfo(grpc::ServerContext*,
                                                   const pb::GetServerInfoRequest*,
                                                   pb::GetServerInfoResponse* response) {
   return Record(
-      "GetServerInfo", Guarded([&] {
+      "GetServerInfo", Guarded(metrics_, [&] {
         // Answers while draining too: EngineState.draining says so.
         EngineClient& engine = ReadyEngine(/*allow_draining=*/true);
         const EngineInfo& info = engine.info();

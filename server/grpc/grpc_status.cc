@@ -3,6 +3,11 @@
 
 namespace tq::grpc_api {
 
+RpcError Refused(const std::string& field, const guard::Refusal& refusal) {
+  return RpcError(grpc::StatusCode::INVALID_ARGUMENT, field + ": " + refusal.message,
+                  refusal.reason);
+}
+
 RpcError InvalidArgument(const std::string& field, const std::string& problem) {
   return RpcError(grpc::StatusCode::INVALID_ARGUMENT, field + " " + problem);
 }

@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "server/guard/request_limits.h"
+
 namespace tq::grpc_api {
 
 /// A request that cannot be served, with the status the client gets. Thrown
@@ -15,14 +17,21 @@ namespace tq::grpc_api {
 /// ("sampling.top_p must be in (0, 1], got 2").
 class RpcError : public std::runtime_error {
  public:
-  RpcError(grpc::StatusCode code, const std::string& message)
-      : std::runtime_error(message), code_(code) {}
+  /// `reason`: the tqserve_requests_refused_total label when a request limit
+  /// refused the call (request_limits.h); "" otherwise.
+  RpcError(grpc::StatusCode code, const std::string& message, std::string reason = "")
+      : std::runtime_error(message), code_(code), reason_(std::move(reason)) {}
   grpc::StatusCode code() const { return code_; }
+  const std::string& reason() const { return reason_; }
   grpc::Status status() const { return grpc::Status(code_, what()); }
 
  private:
   grpc::StatusCode code_;
+  std::string reason_;
 };
+
+/// INVALID_ARGUMENT "<field> <refusal message>" carrying the refusal's reason.
+RpcError Refused(const std::string& field, const guard::Refusal& refusal);
 
 /// INVALID_ARGUMENT "<field> <problem>", e.g. InvalidArgument("sampling.top_p",
 /// "must be in (0, 1], got 2").

@@ -84,7 +84,7 @@ ChatRequest ParseChatRequest(const json& body, const ModelContext& ctx) {
   r.params = ParseGenerationParams(body, ctx, /*default_max_tokens=*/std::nullopt);
   r.messages = ParseChatMessages(body);
   r.logprobs = GetBool(body, "logprobs").value_or(false);
-  if (const auto top = GetInt(body, "top_logprobs", 0, kMaxLogprobs)) {
+  if (const auto top = GetInt(body, "top_logprobs", 0, ctx.max_logprobs)) {
     // OpenAI: "logprobs must be set to true if this parameter is used" (vLLM agrees).
     if (!r.logprobs) {
       throw ApiException(

@@ -319,6 +319,14 @@ void AddServeCommand(CLI::App& app) {
   kv_memory->description(
       "KV pool size in bytes (default: --max-num-seqs sequences of --max-model-len tokens, at "
       "most 1 GiB, at least one sequence)");
+  cmd->add_option("--max-logprobs", args->engine.max_logprobs,
+                  "Most logprobs (completions) / top_logprobs (chat) a request may ask for")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  cmd->add_option("--max-body-bytes", args->http.max_body_bytes,
+                  "Largest HTTP request body in bytes (413 beyond, refused before it is read)")
+      ->check(CLI::Range(size_t{1} << 10, size_t{1} << 32))
+      ->capture_default_str();
   cmd->add_option("--shutdown-timeout", args->shutdown_timeout_s,
                   "Seconds in-flight requests get to finish after SIGTERM/SIGINT")
       ->check(CLI::Range(0.0, 86400.0))

@@ -24,10 +24,14 @@ std::vector<int32_t> IdList(const json& list, int32_t vocab_size, const std::str
 }
 
 // OpenAI's four prompt forms; a list is classified by its first element.
-std::vector<PromptInput> ParsePrompts(const json& body, int32_t vocab_size) {
+std::vector<PromptInput> ParsePrompts(const json& body, const ModelContext& ctx) {
+  const int32_t vocab_size = ctx.vocab_size;
   const json* prompt = FindField(body, "prompt");
   if (prompt == nullptr) PromptError("'prompt' is required");
-  if (prompt->is_string()) return {PromptInput{true, prompt->get<std::string>(), {}}};
+  if (prompt->is_string()) {
+    CheckPromptText(prompt->get_ref<const std::string&>(), ctx, "prompt");
+    return {PromptInput{true, prompt->get<std::string>(), {}}};
+  }
   if (!prompt->is_array()) {
     PromptError(
         "'prompt' must be a string, a list of strings, a list of token ids or a list of "
@@ -42,6 +46,7 @@ std::vector<PromptInput> ParsePrompts(const json& body, int32_t vocab_size) {
     const json& item = (*prompt)[i];
     const std::string param = "prompt[" + std::to_string(i) + "]";
     if (first.is_string() && item.is_string()) {
+      CheckPromptText(item.get_ref<const std::string&>(), ctx, param);
       out.push_back(PromptInput{true, item.get<std::string>(), {}});
     } else if (first.is_array() && item.is_array()) {
       out.push_back(PromptInput{false, "", IdList(item, vocab_size, param)});
@@ -59,7 +64,7 @@ std::vector<PromptInput> ParsePrompts(const json& body, int32_t vocab_size) {
 CompletionRequest ParseCompletionRequest(const json& body, const ModelContext& ctx) {
   CompletionRequest r;
   r.params = ParseGenerationParams(body, ctx, /*default_max_tokens=*/16);
-  r.prompts = ParsePrompts(body, ctx.vocab_size);
+  r.prompts = ParsePrompts(body, ctx);
   if (static_cast<int64_t>(r.prompts.size()) * r.params.n > kMaxSubRequests) {
     throw ApiException(
         BadRequest("a request may ask for at most " + std::to_string(kMaxSubRequests) +
@@ -67,7 +72,7 @@ CompletionRequest ParseCompletionRequest(const json& body, const ModelContext& c
                        " x " + std::to_string(r.params.n),
                    "n"));
   }
-  r.logprobs = static_cast<int32_t>(GetInt(body, "logprobs", 0, kMaxLogprobs).value_or(-1));
+  r.logprobs = static_cast<int32_t>(GetInt(body, "logprobs", 0, ctx.max_logprobs).value_or(-1));
   r.echo = GetBool(body, "echo").value_or(false);
   return r;
 }

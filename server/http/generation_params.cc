@@ -76,7 +76,14 @@ GenerationParams ParseGenerationParams(const json& body, const ModelContext& ctx
 
   p.n = static_cast<int32_t>(GetInt(body, "n", 1, kMaxN).value_or(1));
   RejectUnimplementedFields(body, p.n);
-  for (std::string& stop : GetStringOrList(body, "stop", kMaxStopStrings)) {
+  if (const json* stop = FindField(body, "stop"); stop != nullptr && stop->is_array()) {
+    if (auto refusal = guard::CheckStopCount(stop->size(), "stop")) throw Refused(*refusal);
+  }
+  std::vector<std::string> stops = GetStringOrList(body, "stop", guard::kMaxStopStrings);
+  if (auto refusal = guard::CheckStopStrings(stops, "stop")) {
+    throw Refused(*refusal);
+  }
+  for (std::string& stop : stops) {
     if (!stop.empty()) p.stop.push_back(std::move(stop));
   }
   p.stream = GetBool(body, "stream").value_or(false);
@@ -102,6 +109,19 @@ void CheckModelName(const json& body, const std::string& served_name) {
   if (model && *model != served_name) {
     throw ApiException(
         BadRequest("The model `" + *model + "` does not exist.", "model", "model_not_found"));
+  }
+}
+
+void CheckPromptText(std::string_view text, const ModelContext& ctx, const std::string& param) {
+  if (auto refusal =
+          guard::CheckPromptBytes(text, ctx.max_prompt_bytes, ctx.max_model_len, param)) {
+    throw Refused(*refusal);
+  }
+}
+
+void CheckLogprobVolume(int64_t output_tokens, int32_t num_logprobs) {
+  if (auto refusal = guard::CheckLogprobVolume(output_tokens, num_logprobs)) {
+    throw Refused(*refusal);
   }
 }
 

@@ -19,13 +19,13 @@ struct ModelContext {
   int32_t max_model_len = 0;      // tokens (prompt + output)
   int32_t vocab_size = 0;         // token ids must be in [0, vocab_size)
   GenerationDefaults defaults;    // generation_config.json (vLLM's --generation-config auto)
+  int64_t max_prompt_bytes = 0;   // guard::MaxPromptBytes (0 = no byte bound)
+  int32_t max_logprobs = 20;      // --max-logprobs (vLLM's name and default)
 };
 
 /// Limits we choose where OpenAI and vLLM differ (docs/api.md).
 inline constexpr int32_t kMaxN = 128;             // choices per prompt
 inline constexpr int32_t kMaxSubRequests = 1024;  // prompts x n per request
-inline constexpr size_t kMaxStopStrings = 64;     // OpenAI: 4; vLLM: unlimited
-inline constexpr int32_t kMaxLogprobs = 20;       // OpenAI's and vLLM's default cap
 
 /// The generation fields of a request, validated (see docs/api.md for each
 /// field's source and meaning). `sampling.max_tokens` is left for
@@ -54,6 +54,17 @@ GenerationParams ParseGenerationParams(const nlohmann::json& body, const ModelCo
 /// 400 model_not_found unless body["model"] is absent, null or `served_name`
 /// (a wrong type is a 400 naming "model").
 void CheckModelName(const nlohmann::json& body, const std::string& served_name);
+
+/// Throws ApiException 400 context_length_exceeded (reason
+/// "prompt_too_long") for a prompt text that cannot fit max_model_len tokens
+/// (guard::CheckPromptBytes), before it is tokenized. `param`: "prompt",
+/// "messages".
+void CheckPromptText(std::string_view text, const ModelContext& ctx, const std::string& param);
+
+/// Throws ApiException 400 (reason "logprobs_volume") when the choices'
+/// max_tokens summed (`output_tokens`) x (1 + num_logprobs) is over
+/// guard::kMaxLogprobEntries; num_logprobs -1 (none) passes.
+void CheckLogprobVolume(int64_t output_tokens, int32_t num_logprobs);
 
 /// Seed of choice `i` of n: seed + i (wrapping), so that the n choices of a
 /// seeded request differ from each other and each is reproducible.

@@ -149,6 +149,9 @@ void Complete(const httplib::Request& req, httplib::Response& res, RequestRunner
 void Run(ServerState& state, const httplib::Request& req, httplib::Response& res,
          EngineClient& engine, std::vector<ChoiceSpec> choices, const GenerationParams& params,
          bool want_logprobs, std::shared_ptr<const Endpoint> endpoint) {
+  int64_t output_tokens = 0;  // request limits (server/guard): the response's size
+  for (const ChoiceSpec& c : choices) output_tokens += c.request.sampling.max_tokens;
+  CheckLogprobVolume(output_tokens, choices.front().request.num_logprobs);
   if (state.options().log_requests) {
     const ChoiceSpec& first = choices.front();
     spdlog::info("{}: {} choice(s), prompt {} tokens, max_tokens {}, temperature {}, stream {}{}",
@@ -212,7 +215,9 @@ void HandleChatCompletions(ServerState& state, const httplib::Request& req,
   std::vector<int32_t> ids;
   try {
     const ChatTemplate& chat = state.chat_template();
-    ids = chat.Tokenize(chat.Render(r.messages, r.add_generation_prompt));
+    const std::string prompt = chat.Render(r.messages, r.add_generation_prompt);
+    CheckPromptText(prompt, state.model(), "messages");
+    ids = chat.Tokenize(prompt);
   } catch (const ChatTemplateError& e) {
     throw ApiException(BadRequest(e.what(), "messages"));
   }

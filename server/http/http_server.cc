@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "engine/common/error.h"
+#include "server/guard/request_limits.h"
 #include "server/http/json_fields.h"
 #include "server/http/routes.h"
 
@@ -47,7 +48,8 @@ std::string RouteLabel(const std::string& path) {
 
 // 404 and 405 (httplib answers both as 404 without a body), and httplib's
 // own errors (400 malformed request, 413 body too large, ...), as OpenAI JSON.
-httplib::Server::HandlerResponse OnError(const httplib::Request& req, httplib::Response& res) {
+httplib::Server::HandlerResponse OnError(const httplib::Request& req, httplib::Response& res,
+                                         ServerMetrics* metrics) {
   if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // ours already
   ApiError error;
   error.status = res.status;
@@ -66,7 +68,9 @@ httplib::Server::HandlerResponse OnError(const httplib::Request& req, httplib::R
       error.code = "not_found";
     }
   } else if (res.status == 413) {
+    // httplib refuses a Content-Length over the limit before reading the body.
     error.message = "request body too large";
+    if (metrics != nullptr) metrics->OnRefused("http", "body_too_large");
   } else if (res.status == 400 && req.method == "POST" && !req.has_header("Content-Length") &&
              !req.has_header("Transfer-Encoding")) {
     // httplib refuses a POST without a length before any route runs.
@@ -75,6 +79,30 @@ httplib::Server::HandlerResponse OnError(const httplib::Request& req, httplib::R
     error.message = "HTTP error " + std::to_string(res.status);
   }
   SendError(res, error);
+  return httplib::Server::HandlerResponse::Handled;
+}
+
+HttpOptions WithGuardLimits(HttpOptions options) {
+  options.guard.max_body_bytes = options.max_body_bytes;
+  return options;
+}
+
+// Before the body is read: the request guards (server/guard/http_guard.h).
+httplib::Server::HandlerResponse PreRouting(const ServerState& state, const httplib::Request& req,
+                                            httplib::Response& res) {
+  const guard::RequestHead head{req.method, req.path,
+                                [&req](std::string_view name) -> std::optional<std::string> {
+                                  const std::string key(name);
+                                  if (!req.has_header(key)) return std::nullopt;
+                                  return req.get_header_value(key);
+                                }};
+  const std::optional<guard::HttpRefusal> refusal =
+      guard::CheckRequestHead(state.options().guard, head);
+  if (!refusal) return httplib::Server::HandlerResponse::Unhandled;
+  if (state.metrics() != nullptr) state.metrics()->OnRefused("http", refusal->reason);
+  for (const auto& [name, value] : refusal->headers) res.set_header(name, value);
+  res.set_header("Connection", "close");  // the body, if any, is not read
+  SendError(res, ApiError{refusal->status, refusal->message, "", "", refusal->code});
   return httplib::Server::HandlerResponse::Handled;
 }
 
@@ -113,6 +141,9 @@ httplib::Server::Handler Guarded(ServerState& state, RouteHandler handler) {
         try {
           handler(state, req, res);
         } catch (const ApiException& e) {
+          if (state.metrics() != nullptr && !e.reason().empty()) {
+            state.metrics()->OnRefused("http", e.reason());
+          }
           SendError(res, e.error());
         } catch (const EngineUnavailable& e) {
           SendError(res, Unavailable(std::string("the engine takes no requests: ") + e.what()));
@@ -127,7 +158,8 @@ httplib::Server::Handler Guarded(ServerState& state, RouteHandler handler) {
 }
 
 HttpServer::HttpServer(HttpOptions options, ServerMetrics* metrics)
-    : state_(std::move(options), metrics), server_(std::make_unique<httplib::Server>()) {
+    : state_(WithGuardLimits(std::move(options)), metrics),
+      server_(std::make_unique<httplib::Server>()) {
   const size_t workers = static_cast<size_t>(std::max(1, state_.options().max_connections));
   server_->new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
   server_->set_payload_max_length(state_.options().max_body_bytes);
@@ -155,7 +187,14 @@ void HttpServer::RegisterRoutes() {
       server_->Get(pattern, Guarded(state_, r.handler));
     }
   }
-  server_->set_error_handler(httplib::Server::HandlerWithResponse(OnError));
+  server_->set_pre_routing_handler(httplib::Server::HandlerWithResponse(
+      [this](const httplib::Request& req, httplib::Response& res) {
+        return PreRouting(state_, req, res);
+      }));
+  server_->set_error_handler(httplib::Server::HandlerWithResponse(
+      [this](const httplib::Request& req, httplib::Response& res) {
+        return OnError(req, res, state_.metrics());
+      }));
   // Called once per response, after it was written (for a stream: at its end).
   server_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     if (state_.metrics() != nullptr) {
@@ -165,6 +204,7 @@ void HttpServer::RegisterRoutes() {
       spdlog::info("{}:{} \"{} {}\" {}", req.remote_addr, req.remote_port, req.method, req.path,
                    res.status);
     }
+    guard::ReleaseFreedMemory(req.body.size());  // a big prompt's freed heap
   });
 }
 

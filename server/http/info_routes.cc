@@ -39,13 +39,16 @@ void HandleTokenize(ServerState& state, const httplib::Request& req, httplib::Re
     const bool add_generation_prompt = GetBool(body, "add_generation_prompt").value_or(true);
     try {
       const ChatTemplate& chat = state.chat_template();
-      tokens = chat.Tokenize(chat.Render(messages, add_generation_prompt));
+      const std::string prompt = chat.Render(messages, add_generation_prompt);
+      CheckPromptText(prompt, state.model(), "messages");
+      tokens = chat.Tokenize(prompt);
     } catch (const ChatTemplateError& e) {
       throw ApiException(BadRequest(e.what(), "messages"));
     }
   } else {
     const auto prompt = GetString(body, "prompt");
     if (!prompt) throw ApiException(BadRequest("'prompt' or 'messages' is required", "prompt"));
+    CheckPromptText(*prompt, state.model(), "prompt");
     const bool add_special = GetBool(body, "add_special_tokens").value_or(true);
     tokens = engine.tokenizer().Encode(*prompt, add_special);
   }

@@ -11,6 +11,13 @@ ApiError BadRequest(std::string message, std::string param, std::string code) {
   return ApiError{400, std::move(message), "", std::move(param), std::move(code)};
 }
 
+ApiException Refused(const guard::Refusal& refusal) {
+  return ApiException(
+      BadRequest(refusal.message, refusal.param,
+                 refusal.reason == "prompt_too_long" ? "context_length_exceeded" : ""),
+      refusal.reason);
+}
+
 ApiError Unavailable(std::string message) {
   return ApiError{503, std::move(message), "", "", "service_unavailable"};
 }

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "server/guard/request_limits.h"
+
 namespace tq::http {
 
 /// One API error as OpenAI reports it (platform.openai.com/docs/guides/
@@ -24,12 +26,16 @@ struct ApiError {
 /// error response (or, once a stream has started, an SSE error event).
 class ApiException : public std::runtime_error {
  public:
-  explicit ApiException(ApiError error)
-      : std::runtime_error(error.message), error_(std::move(error)) {}
+  /// `reason`: the tqserve_requests_refused_total label when a request limit
+  /// or guard refused the request (request_limits.h); "" otherwise.
+  explicit ApiException(ApiError error, std::string reason = "")
+      : std::runtime_error(error.message), error_(std::move(error)), reason_(std::move(reason)) {}
   const ApiError& error() const { return error_; }
+  const std::string& reason() const { return reason_; }
 
  private:
   ApiError error_;
+  std::string reason_;
 };
 
 /// OpenAI's error type for an HTTP status: 4xx -> "invalid_request_error"
@@ -39,6 +45,9 @@ std::string ErrorTypeForStatus(int status);
 
 /// A 400 invalid_request_error naming `param` (may be "").
 ApiError BadRequest(std::string message, std::string param = "", std::string code = "");
+/// The 400 of a request limit's refusal (its param and reason; code
+/// "context_length_exceeded" for a prompt too long).
+ApiException Refused(const guard::Refusal& refusal);
 /// A 503 server_error (loading, draining, engine stopped).
 ApiError Unavailable(std::string message);
 /// A 500 server_error.

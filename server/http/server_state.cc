@@ -1,6 +1,7 @@
 // Shared handler state (see server_state.h).
 #include "server/http/server_state.h"
 
+#include "server/guard/request_limits.h"
 #include "server/http/openai_errors.h"
 
 namespace tq::http {
@@ -10,6 +11,8 @@ void ServerState::SetEngine(EngineClient* engine) {
   model_.max_model_len = engine->info().max_model_len;
   model_.vocab_size = engine->info().vocab_size;
   model_.defaults = engine->files().generation;
+  model_.max_prompt_bytes = guard::MaxPromptBytes(engine->tokenizer(), model_.max_model_len);
+  model_.max_logprobs = engine->info().max_logprobs;
   chat_template_ = std::make_unique<ChatTemplate>(engine->files(), engine->tokenizer());
   engine_.store(engine, std::memory_order_release);
 }

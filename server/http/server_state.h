@@ -11,6 +11,7 @@
 #include <string>
 
 #include "engine/runtime/engine_client.h"
+#include "server/guard/http_guard.h"
 #include "server/http/generation_params.h"
 #include "server/metrics/server_metrics.h"
 #include "server/text/chat_template.h"
@@ -25,6 +26,9 @@ struct HttpOptions {
   int max_connections = 512;      // worker threads; each open stream holds one
   bool log_requests = true;       // one info line per request
   size_t max_body_bytes = 64 << 20;
+  // Checks before the body is read (server/guard/http_guard.h); its
+  // max_body_bytes is set from the field above.
+  guard::HttpGuardOptions guard;
 };
 
 /// Thread-safe: handlers on many httplib worker threads read it; SetEngine

@@ -241,8 +241,17 @@ struct ServerMetrics::Impl {
           .Help("Number of API requests answered, by protocol, route and status code.")
           .Register(process_registry);
 
-  std::mutex api_mutex;  // guards api_counters
+  Family<Counter>& refused_family =
+      prometheus::BuildCounter()
+          .Name("tqserve_requests_refused_total")
+          .Help(
+              "Number of API requests refused by a request limit or guard, by protocol and "
+              "reason.")
+          .Register(process_registry);
+
+  std::mutex api_mutex;  // guards api_counters and refused_counters
   std::map<Labels, Counter*> api_counters;
+  std::map<Labels, Counter*> refused_counters;
   std::mutex render_mutex;  // guards the GaugeSets and serializes Render
 
   void SetEngineGauges(const EngineStats& stats, const EngineInfo& info);
@@ -386,6 +395,17 @@ void ServerMetrics::OnApiRequest(const std::string& protocol, const std::string&
   }
   if (it == impl_->api_counters.end()) {
     it = impl_->api_counters.emplace(labels, &impl_->api_family.Add(labels)).first;
+  }
+  it->second->Increment();
+}
+
+void ServerMetrics::OnRefused(const std::string& protocol, const std::string& reason) {
+  const Labels labels = {{"protocol", protocol}, {"reason", reason}};
+  std::lock_guard<std::mutex> lock(impl_->api_mutex);
+  auto it = impl_->refused_counters.find(labels);
+  if (it == impl_->refused_counters.end()) {
+    // The reasons are a fixed set chosen by the code, never client text.
+    it = impl_->refused_counters.emplace(labels, &impl_->refused_family.Add(labels)).first;
   }
   it->second->Increment();
 }

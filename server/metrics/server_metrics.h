@@ -33,6 +33,11 @@ class ServerMetrics : public EngineObserver {
   /// "http" or "grpc".
   void OnApiRequest(const std::string& protocol, const std::string& route, const std::string& code);
 
+  /// A request was refused by a limit or guard before it reached the engine
+  /// (tqserve_requests_refused_total): `reason` is one of the fixed labels of
+  /// docs/metrics.md ("prompt_too_long", "body_too_large", "unauthorized", ...).
+  void OnRefused(const std::string& protocol, const std::string& reason);
+
   /// The Prometheus text exposition format (version 0.0.4) of every metric,
   /// with gauges from `stats`/`info` and process memory read now;
   /// `served_model_name` becomes the model_name label of the engine series.

@@ -234,7 +234,8 @@ TEST_F(GrpcRequests, InvalidRequestsNameTheField) {
        [](auto& r) {
          for (int i = 0; i < 65; ++i) r.mutable_sampling()->add_stop("s");
        },
-       grpc::StatusCode::INVALID_ARGUMENT, "sampling.stop must have at most 64 entries, got 65"},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "sampling.stop: 'stop' may have at most 64 entries, got 65"},
       {"prompt too long", [&](auto& r) { ids(r, 513); }, grpc::StatusCode::INVALID_ARGUMENT,
        "token_ids.ids has 513 tokens, but the model's context length is 512 tokens"},
       {"prompt + max_tokens too long",

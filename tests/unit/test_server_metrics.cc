@@ -514,10 +514,12 @@ TEST(ServerMetrics, EveryDocumentedMetricHasTypeAndHelp) {
       {"tqserve_info", "gauge"},
       {"tqserve_cache_config_info", "gauge"},
       {"tqserve_api_requests_total", "counter"},
+      {"tqserve_requests_refused_total", "counter"},
   };
   ServerMetrics metrics;
   // A labelled family without series is not written at all; give it one.
   metrics.OnApiRequest("http", "/health", "200");
+  metrics.OnRefused("http", "body_too_large");
   Exposition e = RenderParsed(metrics);
   EXPECT_EQ(e.type, documented);
   for (const auto& [name, type] : documented) {
