@@ -16,12 +16,21 @@ namespace tq {
 class Generator;
 struct EngineOptions;
 
-/// Adds --kv-cache-dtype (into *kv_cache_dtype), --kv-cache-memory,
-/// --block-size, --kv-calibration-text, --kv-calibration-stats and
-/// --tensor-parallel-size to `cmd`.
+/// Adds --kv-cache-dtype (into *kv_cache_dtype), --kv-quality-budget,
+/// --kv-cache-memory, --block-size, --kv-calibration-text,
+/// --kv-calibration-stats and --tensor-parallel-size to `cmd`.
 void AddKvCacheFlags(CLI::App* cmd, EngineOptions* engine, std::string* kv_cache_dtype);
-/// Parses a --kv-cache-dtype value; throws tq::Error naming the flag.
+/// Parses a --kv-cache-dtype value other than auto; throws tq::Error naming the flag.
 kernels::KvDtype ParseKvDtypeFlag(const std::string& value);
+/// Applies a --kv-cache-dtype value to `engine`: "auto" sets kv_cache_dtype_auto
+/// (and kv_cache_dtype to int8, the widest candidate, for sizing a default pool
+/// before the choice); anything else as ParseKvDtypeFlag.
+void ApplyKvDtypeFlag(const std::string& value, EngineOptions* engine);
+/// The default --kv-cache-dtype of serve, generate and eval.
+inline constexpr const char* kDefaultKvCacheDtype = "auto";
+/// The KV cache line's suffix: "; tq keys <source>" and "; <auto's choice>"
+/// (KvDtypeChoice::Describe) when present.
+std::string KvCacheNotes(const std::string& calibration_source, const std::string& choice);
 
 /// Adds --quantization-config FILE (weight quantization at load time,
 /// docs/quantization.md) and --dtype auto|float32|float16|bfloat16 (dense

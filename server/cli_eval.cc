@@ -19,7 +19,7 @@ namespace {
 
 struct EvalArgs {
   EngineOptions engine;
-  std::string kv_cache_dtype = "tq3";  // DESIGN.md: tq3 is the default KV format
+  std::string kv_cache_dtype = kDefaultKvCacheDtype;  // docs/kv-cache.md
   std::string text_path;
   std::optional<int32_t> ctx, stride;
   std::optional<int32_t> max_documents;
@@ -38,7 +38,7 @@ std::vector<std::string> ReadDocuments(const std::string& path) {
 }
 
 void RunEval(EvalArgs& args) {
-  args.engine.kv_cache_dtype = ParseKvDtypeFlag(args.kv_cache_dtype);
+  ApplyKvDtypeFlag(args.kv_cache_dtype, &args.engine);
   if (args.max_documents && *args.max_documents < 1) {
     throw Error("--max-documents must be >= 1");
   }
@@ -79,7 +79,7 @@ void RunEval(EvalArgs& args) {
   std::printf(
       "perplexity %.4f over %lld tokens (%zu documents, ctx %d, stride %d, kv-cache-dtype %s)\n",
       r.perplexity, static_cast<long long>(r.num_predicted), docs.size(), r.context, r.stride,
-      std::string(kernels::KvDtypeName(args.engine.kv_cache_dtype)).c_str());
+      std::string(kernels::KvDtypeName(generator.kv_cache().layout().dtype)).c_str());
   using Seconds = std::chrono::duration<double>;
   const double eval_s = Seconds(end - start).count();
   if (!generator.device_note().empty()) {

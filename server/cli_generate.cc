@@ -15,7 +15,7 @@ namespace {
 
 struct GenerateArgs {
   EngineOptions engine;
-  std::string kv_cache_dtype = "tq3";  // DESIGN.md: tq3 is the default KV format
+  std::string kv_cache_dtype = kDefaultKvCacheDtype;  // docs/kv-cache.md
   std::string prompt = "Once upon a time";
   bool no_bos = false;
   SamplingParams sampling;
@@ -26,7 +26,7 @@ struct GenerateArgs {
 };
 
 void RunGenerate(GenerateArgs& args) {
-  args.engine.kv_cache_dtype = ParseKvDtypeFlag(args.kv_cache_dtype);
+  ApplyKvDtypeFlag(args.kv_cache_dtype, &args.engine);
   const auto load_start = std::chrono::steady_clock::now();
   Generator generator(args.engine);
   const ModelFiles& files = generator.files();
@@ -103,11 +103,8 @@ std::string DescribeKvCache(const Generator& generator) {
                 kernels::KvBitsPerElement(l.dtype, l.head_dim), l.num_blocks, l.block_size,
                 static_cast<long long>(tokens),
                 static_cast<double>(generator.kv_cache().total_bytes()) / (1 << 20));
-  std::string out = line;
-  if (!generator.kv_calibration_source().empty()) {
-    out += "; tq keys " + generator.kv_calibration_source();
-  }
-  return out;
+  return line +
+         KvCacheNotes(generator.kv_calibration_source(), generator.kv_dtype_choice().Describe());
 }
 
 void AddGenerateCommand(CLI::App& app) {

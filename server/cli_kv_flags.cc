@@ -28,7 +28,14 @@ void AddKvCacheFlags(CLI::App* cmd, EngineOptions* engine, std::string* kv_cache
                 "CUDA: run decode steps from CUDA graphs captured per padded batch size "
                 "(off by default until measured; docs/cuda.md)");
   cmd->add_option("--kv-cache-dtype", *kv_cache_dtype,
-                  "KV cache format: fp32, fp16, bf16, int8, int4, tq3, tq4")
+                  "KV cache format: auto (the smallest of tq3, tq4, int8 within "
+                  "--kv-quality-budget, measured at start-up), fp32, fp16, bf16, int8, int4, "
+                  "tq3, tq4")
+      ->capture_default_str();
+  cmd->add_option("--kv-quality-budget", engine->kv_quality_budget,
+                  "auto: the largest perplexity ratio to an fp32 cache a format may cost on "
+                  "held-out calibration text")
+      ->check(CLI::Range(1.0, 100.0))
       ->capture_default_str();
   // Validators see the text before conversion, so "-5" cannot wrap around.
   cmd->add_option("--kv-cache-memory", engine->kv_cache_memory,
@@ -56,9 +63,22 @@ kernels::KvDtype ParseKvDtypeFlag(const std::string& value) {
   kernels::KvDtype dtype;
   if (!kernels::ParseKvDtype(value, &dtype)) {
     throw Error("--kv-cache-dtype: unknown value '" + value +
-                "' (expected fp32, fp16, bf16, int8, int4, tq3 or tq4)");
+                "' (expected auto, fp32, fp16, bf16, int8, int4, tq3 or tq4)");
   }
   return dtype;
+}
+
+void ApplyKvDtypeFlag(const std::string& value, EngineOptions* engine) {
+  engine->kv_cache_dtype_auto = value == "auto";
+  engine->kv_cache_dtype =
+      engine->kv_cache_dtype_auto ? kernels::KvDtype::kInt8 : ParseKvDtypeFlag(value);
+}
+
+std::string KvCacheNotes(const std::string& calibration_source, const std::string& choice) {
+  std::string out;
+  if (!calibration_source.empty()) out += "; tq keys " + calibration_source;
+  if (!choice.empty()) out += "; " + choice;
+  return out;
 }
 
 }  // namespace tq

@@ -240,6 +240,13 @@ std::string_view BuiltinCalibrationText() {
   return kText;
 }
 
+std::string_view BuiltinHeldOutText() {
+  static constexpr std::string_view kText =
+#include "calibration_heldout.inc"
+      ;
+  return kText;
+}
+
 void SaveKeyStats(const std::string& path, const KeyChannelStats& stats) {
   const size_t n = static_cast<size_t>(std::max(stats.num_layers, 0)) *
                    static_cast<size_t>(std::max(stats.num_kv_heads, 0)) *

@@ -77,6 +77,11 @@ class KeyStatsAccumulator {
 /// for a Llama tokenizer), compiled into the binary. Source: calibration_text.inc.
 std::string_view BuiltinCalibrationText();
 
+/// The built-in held-out text of `--kv-cache-dtype auto` (original prose, a few hundred
+/// tokens: a short story, then expository and formal English), scored with each candidate
+/// format and never used for the statistics. Source: calibration_heldout.inc.
+std::string_view BuiltinHeldOutText();
+
 /// Writes `stats` to `path` as JSON (nlohmann): {"format": "tqserve-key-channel-stats",
 /// "version": 1, "num_layers", "num_kv_heads", "head_dim", "num_tokens", "source",
 /// "mean": [layer][head][channel], "scale": [layer][head][channel]}. Floats are written with

@@ -52,6 +52,10 @@ EngineInfo DescribeEngine(const EngineOptions& options, const LoadedModel& m) {
   }
   info.weights_summary = WeightsSummary(*m.model);
   info.kv_calibration_source = m.kv_calibration_source;
+  info.kv_dtype_choice = m.kv_dtype_choice.Describe();
+  for (const KvQualityScore& s : m.kv_dtype_choice.scores) {
+    info.kv_quality_ratios.emplace_back(std::string(kernels::KvDtypeName(s.dtype)), s.ratio);
+  }
   info.device = std::string(m.backend->Name());
   info.device_note = m.device_note;
   return info;

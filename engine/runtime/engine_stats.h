@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/runtime/request.h"
@@ -38,6 +39,11 @@ struct EngineInfo {
   std::map<std::string, size_t> weight_bytes;  // by precision ("fp32", "fp16", "int4", ...)
   std::string weights_summary;                 // LlamaWeights::MemorySummary(), for the log
   std::string kv_calibration_source;
+  // --kv-cache-dtype auto: what it measured and chose (KvDtypeChoice::Describe;
+  // "" when the dtype came from the flag) and each candidate's perplexity ratio
+  // to an fp32 cache (the tqserve_kv_cache_quality_ratio gauge), by dtype name.
+  std::string kv_dtype_choice;
+  std::vector<std::pair<std::string, double>> kv_quality_ratios;
   std::string device = "cpu";
   // Tensor-parallel ranks; the byte counts above are their sums.
   std::vector<RankMemory> ranks;

@@ -72,6 +72,10 @@ const PagedKvCache& Generator::kv_cache() const {
 const std::string& Generator::kv_calibration_source() const {
   return loaded_->kv_calibration_source;
 }
+
+const KvDtypeChoice& Generator::kv_dtype_choice() const {
+  return loaded_->kv_dtype_choice;
+}
 const std::string& Generator::device_note() const {
   return loaded_->device_note;
 }

@@ -14,6 +14,7 @@
 #include "engine/kv/kv_cache.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model_config.h"
+#include "engine/runtime/kv_dtype_auto.h"
 #include "engine/sampling/sampling_params.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "kernels/backend.h"
@@ -26,6 +27,11 @@ struct EngineOptions {
   std::string model_dir;
   int32_t num_threads = 0;  // CPU compute threads; 0 = all cores, capped at the core count
   kernels::KvDtype kv_cache_dtype = kernels::KvDtype::kF32;
+  // --kv-cache-dtype auto: kv_cache_dtype is ignored; the loader measures the
+  // candidates on held-out calibration text and picks the smallest whose
+  // perplexity ratio to fp32 is <= kv_quality_budget (kv_dtype_auto.h).
+  bool kv_cache_dtype_auto = false;
+  double kv_quality_budget = 1.01;
   int32_t block_size = 16;
   int32_t max_model_len = 0;             // 0 = config.max_position_embeddings
   int32_t max_num_batched_tokens = 512;  // token budget of one step (prefill chunk size)
@@ -99,6 +105,8 @@ class Generator {
   /// How the tq key statistics were obtained ("" for other KV dtypes), e.g.
   /// "calibrated on the built-in text (412 tokens)" or "loaded from FILE".
   const std::string& kv_calibration_source() const;
+  /// What --kv-cache-dtype auto measured and chose (automatic false otherwise).
+  const KvDtypeChoice& kv_dtype_choice() const;
   /// Why --device auto runs on the CPU; empty otherwise (LoadedModel::device_note).
   const std::string& device_note() const;
   int32_t max_model_len() const;

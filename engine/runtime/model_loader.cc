@@ -17,6 +17,7 @@
 #include "engine/parallel/nccl_communicator.h"
 #include "engine/parallel/tp_devices.h"
 #include "engine/quant/quant_config.h"
+#include "engine/runtime/kv_dtype_auto.h"
 
 namespace tq {
 namespace {
@@ -34,8 +35,15 @@ void CheckOptions(const EngineOptions& options) {
   }
   if (options.kv_sink_tokens < 0 || options.kv_sink_tokens > 8 ||
       options.kv_sink_tokens > options.block_size ||
-      (options.kv_sink_tokens > 0 && !kernels::KvStoresPreRopeKeys(options.kv_cache_dtype))) {
-    throw Error("--kv-sink-tokens must be 0..8 (and <= --block-size), with a tq KV cache dtype");
+      (options.kv_sink_tokens > 0 &&
+       (options.kv_cache_dtype_auto || !kernels::KvStoresPreRopeKeys(options.kv_cache_dtype)))) {
+    throw Error(
+        "--kv-sink-tokens must be 0..8 (and <= --block-size), with a tq KV cache dtype "
+        "given explicitly (not auto)");
+  }
+  if (options.kv_cache_dtype_auto &&
+      !(options.kv_quality_budget >= 1.0 && options.kv_quality_budget <= 100.0)) {
+    throw Error("--kv-quality-budget must be in [1, 100] (a perplexity ratio to fp32)");
   }
   if (!(options.gpu_memory_utilization > 0.0 && options.gpu_memory_utilization <= 1.0)) {
     throw Error("--gpu-memory-utilization must be in (0, 1]");
@@ -184,9 +192,31 @@ std::string ReadCalibrationText(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+// The calibration text's tokens (BOS first as the tokenizer adds it), up to
+// the model's own context (not --max-model-len: stats saved for reuse should
+// not depend on a serving limit). *name gets the text's name for messages.
+std::vector<int32_t> CalibrationTokens(const LoadedModel& m, const EngineOptions& options,
+                                       const std::string& needs, std::string* name) {
+  const ModelConfig& c = m.files.config;
+  if (!m.tokenizer) {
+    throw Error(needs +
+                " calibrates on text, which needs the tokenizer; load the "
+                "model with it or pass a saved --kv-calibration-stats file");
+  }
+  const bool builtin = options.kv_calibration_text.empty();
+  const std::string text = builtin ? std::string(BuiltinCalibrationText())
+                                   : ReadCalibrationText(options.kv_calibration_text);
+  *name = builtin ? "the built-in text" : options.kv_calibration_text;
+  std::vector<int32_t> tokens = m.tokenizer->Encode(text);
+  if (static_cast<int32_t>(tokens.size()) > c.MaxContext()) tokens.resize(c.MaxContext());
+  return tokens;
+}
+
 // Pre-RoPE key statistics for the tq formats: loaded, or computed by running
-// the calibration text through an uncompressed cache.
-KeyChannelStats CalibrateKeys(LoadedModel& m, const EngineOptions& options) {
+// `tokens` (the calibration text's, or the part of it auto does not hold out)
+// through an uncompressed cache. `tokens` is only read when no saved stats exist.
+KeyChannelStats CalibrateKeys(LoadedModel& m, const EngineOptions& options,
+                              const std::vector<int32_t>* tokens_in) {
   const ModelConfig& c = m.files.config;
   const std::string& stats_path = options.kv_calibration_stats;
   std::error_code ec;
@@ -196,19 +226,18 @@ KeyChannelStats CalibrateKeys(LoadedModel& m, const EngineOptions& options) {
     m.kv_calibration_source = stats.source;
     return stats;
   }
-  if (!m.tokenizer) {
-    throw Error("--kv-cache-dtype " + std::string(kernels::KvDtypeName(options.kv_cache_dtype)) +
-                " calibrates its key statistics on text, which needs the tokenizer; load the "
-                "model with it or pass a saved --kv-calibration-stats file");
+  std::string text_name;
+  std::vector<int32_t> own;
+  if (tokens_in == nullptr) {
+    own = CalibrationTokens(
+        m, options, "--kv-cache-dtype " + std::string(kernels::KvDtypeName(options.kv_cache_dtype)),
+        &text_name);
+    tokens_in = &own;
+  } else {
+    text_name =
+        options.kv_calibration_text.empty() ? "the built-in text" : options.kv_calibration_text;
   }
-  const bool builtin = options.kv_calibration_text.empty();
-  const std::string text = builtin ? std::string(BuiltinCalibrationText())
-                                   : ReadCalibrationText(options.kv_calibration_text);
-  const std::string text_name = builtin ? "the built-in text" : options.kv_calibration_text;
-  // Up to the model's own context (not --max-model-len: stats saved for reuse
-  // should not depend on a serving limit).
-  std::vector<int32_t> tokens = m.tokenizer->Encode(text);
-  if (static_cast<int32_t>(tokens.size()) > c.MaxContext()) tokens.resize(c.MaxContext());
+  const std::vector<int32_t>& tokens = *tokens_in;
   constexpr size_t kMinCalibrationTokens = 64;
   if (tokens.size() < std::min<size_t>(kMinCalibrationTokens, c.MaxContext())) {
     throw Error(text_name + ": calibration text has " + std::to_string(tokens.size()) +
@@ -260,6 +289,56 @@ KeyChannelStats CalibrateKeys(LoadedModel& m, const EngineOptions& options) {
     SaveKeyStats(stats_path, stats);
     m.kv_calibration_source += ", saved to " + stats_path;
   }
+  return stats;
+}
+
+// --kv-cache-dtype auto: calibrates the tq key statistics on the calibration
+// text less its held-out tail, scores the tail with fp32 and each candidate
+// (kv_dtype_auto.h) and records the choice in m.kv_dtype_choice.
+KeyChannelStats ChooseKvDtypeAtStartup(LoadedModel& m, const EngineOptions& options) {
+  std::string text_name;
+  std::vector<int32_t> tokens =
+      CalibrationTokens(m, options, "--kv-cache-dtype auto (it scores the formats)", &text_name);
+  // The held-out tokens are scored as their own sequence, after the text's
+  // first token (BOS when the tokenizer adds one): the built-in held-out text
+  // (the statistics then come from the whole calibration text, as for an
+  // explicit tq dtype), or the tail of a --kv-calibration-text file.
+  const int32_t max_held = std::min(kMaxHeldOutTokens, m.files.config.MaxContext() - 1);
+  std::vector<int32_t> held_out = {tokens.front()};
+  if (options.kv_calibration_text.empty()) {
+    const std::vector<int32_t> text = m.tokenizer->Encode(BuiltinHeldOutText(), false);
+    held_out.insert(held_out.end(), text.begin(),
+                    text.begin() + std::min<int32_t>(max_held, static_cast<int32_t>(text.size())));
+  } else {
+    const int32_t n = static_cast<int32_t>(tokens.size());
+    const int32_t held = std::min(max_held, HeldOutTokenCount(n));
+    if (held < 2) {
+      throw Error(text_name + ": calibration text has " + std::to_string(n) +
+                  " tokens, too few to hold out a part for --kv-cache-dtype auto");
+    }
+    held_out.insert(held_out.end(), tokens.end() - held, tokens.end());
+    tokens.resize(static_cast<size_t>(n - held));
+  }
+  KeyChannelStats stats = CalibrateKeys(m, options, &tokens);
+
+  const ModelConfig& c = m.files.config;
+  const int world = m.tensor_parallel_size();
+  auto make_cache = [&](kernels::KvDtype dtype, int32_t num_blocks) {
+    kernels::KvLayout layout;
+    layout.dtype = dtype;
+    layout.block_size = options.block_size;
+    layout.num_kv_heads = m.model->tp_plan().num_kv_heads;
+    layout.head_dim = c.head_dim;
+    layout.num_blocks = num_blocks;
+    std::vector<std::shared_ptr<const TqCodecState>> tq;
+    if (kernels::KvStoresPreRopeKeys(dtype)) {
+      for (int r = 0; r < world; ++r) tq.push_back(RankCodecState(m, dtype, stats, r));
+    }
+    return MakeRankCaches(m, layout, tq, 0);
+  };
+  const std::vector<kernels::KvDtype> candidates = AutoKvCandidates(c.head_dim);
+  m.kv_dtype_choice = ChooseKvDtype(*m.model, held_out, candidates, options.kv_quality_budget,
+                                    options.block_size, options.max_num_batched_tokens, make_cache);
   return stats;
 }
 
@@ -376,8 +455,10 @@ LoadedModel LoadModelImpl(const EngineOptions& options, bool with_tokenizer) {
     m.model->SetTensorParallelPeers(std::move(peers), m.tp->executor.get());
   }
 
+  std::optional<KeyChannelStats> stats;
+  if (options.kv_cache_dtype_auto) stats = ChooseKvDtypeAtStartup(m, options);
   kernels::KvLayout layout;
-  layout.dtype = options.kv_cache_dtype;
+  layout.dtype = options.kv_cache_dtype_auto ? m.kv_dtype_choice.dtype : options.kv_cache_dtype;
   layout.block_size = options.block_size;
   layout.num_kv_heads = m.model->tp_plan().num_kv_heads;
   layout.head_dim = c.head_dim;
@@ -413,8 +494,10 @@ LoadedModel LoadModelImpl(const EngineOptions& options, bool with_tokenizer) {
   }
   std::vector<std::shared_ptr<const TqCodecState>> tq;
   if (kernels::KvStoresPreRopeKeys(layout.dtype)) {
-    const KeyChannelStats stats = CalibrateKeys(m, options);
-    for (int r = 0; r < world; ++r) tq.push_back(RankCodecState(m, layout.dtype, stats, r));
+    if (!stats) stats = CalibrateKeys(m, options, nullptr);
+    for (int r = 0; r < world; ++r) tq.push_back(RankCodecState(m, layout.dtype, *stats, r));
+  } else if (options.kv_cache_dtype_auto) {
+    m.kv_calibration_source.clear();  // the chosen format does not use the statistics
   }
   try {
     m.cache = MakeRankCaches(m, layout, tq, options.kv_sink_tokens);

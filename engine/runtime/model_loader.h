@@ -14,6 +14,7 @@
 #include "engine/parallel/tp_group.h"
 #include "engine/runtime/engine_stats.h"
 #include "engine/runtime/generator.h"
+#include "engine/runtime/kv_dtype_auto.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "kernels/backend.h"
 
@@ -40,6 +41,8 @@ struct LoadedModel {
   int32_t max_model_len = 0;
   // How the tq key statistics were obtained ("" for other KV dtypes).
   std::string kv_calibration_source;
+  // What --kv-cache-dtype auto measured and chose (automatic false otherwise).
+  KvDtypeChoice kv_dtype_choice;
   // Why --device auto runs on the CPU ("" otherwise); the CLI logs it once,
   // after its own checks, so that a start-up error stays one line.
   std::string device_note;

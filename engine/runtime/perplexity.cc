@@ -8,9 +8,7 @@
 #include "engine/common/error.h"
 
 namespace tq {
-namespace {
 
-// -ln softmax(row)[target], computed in double with the max subtracted.
 double NegLogProb(const float* row, int32_t vocab, int32_t target) {
   double max = -std::numeric_limits<double>::infinity();
   for (int32_t v = 0; v < vocab; ++v) max = std::max(max, static_cast<double>(row[v]));
@@ -18,8 +16,6 @@ double NegLogProb(const float* row, int32_t vocab, int32_t target) {
   for (int32_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(row[v]) - max);
   return max + std::log(sum) - static_cast<double>(row[target]);
 }
-
-}  // namespace
 
 std::vector<std::string> SplitDocuments(std::string_view text) {
   std::vector<std::string> docs;

@@ -21,6 +21,9 @@ struct PerplexityResult {
   int32_t stride = 0;
 };
 
+/// -ln softmax(row)[target] of one logits row [vocab], in double with the max subtracted.
+double NegLogProb(const float* row, int32_t vocab, int32_t target);
+
 /// Standard sliding-window perplexity (Hugging Face, "Perplexity of
 /// fixed-length models"), per document. Each document (token ids, BOS first
 /// as the caller wants it) is cut into windows [b, min(b + context, n)) for

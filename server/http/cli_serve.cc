@@ -35,7 +35,7 @@ using Clock = std::chrono::steady_clock;
 
 struct ServeArgs {
   EngineOptions engine;
-  std::string kv_cache_dtype = "tq3";  // DESIGN.md: tq3 is the default KV format
+  std::string kv_cache_dtype = kDefaultKvCacheDtype;  // docs/kv-cache.md
   http::HttpOptions http;
   grpc_api::GrpcOptions grpc;  // port 0: no gRPC server
   double shutdown_timeout_s = 30;
@@ -145,9 +145,7 @@ std::string KvCacheLine(const EngineInfo& info, const ModelConfig& config) {
                 info.num_kv_blocks, info.block_size,
                 static_cast<long long>(info.kv_capacity_tokens),
                 static_cast<double>(info.kv_cache_bytes) / (1 << 20));
-  std::string out = line;
-  if (!info.kv_calibration_source.empty()) out += "; tq keys " + info.kv_calibration_source;
-  return out;
+  return line + KvCacheNotes(info.kv_calibration_source, info.kv_dtype_choice);
 }
 
 // Drain (issue 4, and issue 5 for gRPC): /health and new requests 503, gRPC
@@ -192,7 +190,7 @@ void RunServe(ServeArgs& args) {
   SignalWaiter signals;           // before any other thread starts
   std::signal(SIGPIPE, SIG_IGN);  // a closed connection is a failed write, not a kill
 
-  args.engine.kv_cache_dtype = ParseKvDtypeFlag(args.kv_cache_dtype);
+  ApplyKvDtypeFlag(args.kv_cache_dtype, &args.engine);
   const ModelFiles files = LoadModelFiles(args.engine.model_dir);  // fail fast on a bad directory
   // Flag mistakes that need no weights fail here, as one line before the port
   // opens; the load itself runs after listening so that /livez answers during it.

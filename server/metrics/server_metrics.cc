@@ -191,6 +191,10 @@ struct ServerMetrics::Impl {
                        "Build and model facts as labels; the value is always 1."};
   GaugeSet cache_config{model_registry, "tqserve_cache_config_info",
                         "KV-cache configuration as labels; the value is always 1."};
+  GaugeSet kv_quality_ratio{model_registry, "tqserve_kv_cache_quality_ratio",
+                            "--kv-cache-dtype auto: perplexity with each candidate KV format "
+                            "over that with an fp32 cache, on held-out calibration text "
+                            "(measured at start-up)."};
 
   // Engine counters.
   Counter& prompt_tokens = AddCounter(model_registry, "tqserve_prompt_tokens_total",
@@ -301,6 +305,10 @@ void ServerMetrics::Impl::SetEngineGauges(const EngineStats& stats, const Engine
                          {"kv_bytes_per_block", std::to_string(info.kv_bytes_per_block)},
                          {"kv_calibration", info.kv_calibration_source}},
                         1.0}});
+  std::vector<std::pair<Labels, double>> ratios;
+  for (const auto& [dtype, ratio] : info.kv_quality_ratios)
+    ratios.push_back({{{"dtype", dtype}}, ratio});
+  kv_quality_ratio.Assign(ratios);
 }
 
 void ServerMetrics::Impl::SetProcessGauges(const EngineInfo& info) {

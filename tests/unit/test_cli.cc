@@ -271,21 +271,24 @@ TEST_F(CliTest, KvCacheStartupChecks) {
   // A calibration text too short for per-channel statistics.
   const std::string tiny = (dir_ / "tiny.txt").string();
   std::ofstream(tiny) << "a";
-  ExpectOneLineError(Run("generate --kv-calibration-text '" + tiny + "'"),
+  ExpectOneLineError(Run("generate --kv-cache-dtype tq3 --kv-calibration-text '" + tiny + "'"),
                      {tiny, "at least 64 are needed"});
-  ExpectOneLineError(Run("generate --kv-calibration-text '" + dir_.string() + "'"),
-                     {dir_.string(), "not a file"});
+  ExpectOneLineError(
+      Run("generate --kv-cache-dtype tq3 --kv-calibration-text '" + dir_.string() + "'"),
+      {dir_.string(), "not a file"});
 }
 
 TEST_F(CliTest, KvCalibrationStatsAreSavedLoadedAndTiedToTheModel) {
   const std::string stats = (dir_ / "stats.json").string();
   const RunResult saved =
-      Run("generate --max-tokens 3 --temperature 0 --kv-calibration-stats '" + stats + "'");
+      Run("generate --kv-cache-dtype tq3 --max-tokens 3 --temperature 0 --kv-calibration-stats '" +
+          stats + "'");
   ASSERT_EQ(saved.exit_code, 0) << saved.err;
   EXPECT_THAT(saved.err, HasSubstr("calibrated on the built-in text"));
   EXPECT_THAT(saved.err, HasSubstr("saved to " + stats));
   const RunResult loaded =
-      Run("generate --max-tokens 3 --temperature 0 --kv-calibration-stats '" + stats + "'");
+      Run("generate --kv-cache-dtype tq3 --max-tokens 3 --temperature 0 --kv-calibration-stats '" +
+          stats + "'");
   ASSERT_EQ(loaded.exit_code, 0) << loaded.err;
   EXPECT_THAT(loaded.err, HasSubstr("loaded from " + stats));
   EXPECT_EQ(loaded.out, saved.out);  // same statistics, same greedy text
@@ -298,9 +301,9 @@ TEST_F(CliTest, KvCalibrationStatsAreSavedLoadedAndTiedToTheModel) {
           "--tokenizer '" +
           std::string(TQ_MODEL_DIR) + "/tokenizer.model' --out '" + other.string() + "'");
   ASSERT_EQ(made.exit_code, 0) << made.err;
-  ExpectOneLineError(
-      Run("generate --model '" + other.string() + "' --kv-calibration-stats '" + stats + "'"),
-      {stats, "calibrated for a different model"});
+  ExpectOneLineError(Run("generate --kv-cache-dtype tq3 --model '" + other.string() +
+                         "' --kv-calibration-stats '" + stats + "'"),
+                     {stats, "calibrated for a different model"});
 }
 
 }  // namespace

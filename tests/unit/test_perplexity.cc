@@ -265,10 +265,10 @@ class EvalCliTest : public testing::TempDirTest {
 
 TEST_F(EvalCliTest, PrintsPerplexityLine) {
   const Result r = Run("eval --model '" + std::string(TQ_MODEL_DIR) + "' --text '" + kStories +
-                       "' --ctx 64 --stride 32 --max-documents 2 --threads 2");
+                       "' --ctx 64 --stride 32 --max-documents 2 --threads 2 --kv-cache-dtype tq3");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("perplexity "), std::string::npos) << r.out;
-  // tq3 is the default KV format; its start-up line reports capacity and calibration.
+  // The tq3 start-up line reports capacity and calibration.
   EXPECT_NE(r.out.find("(2 documents, ctx 64, stride 32, kv-cache-dtype tq3)"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("KV cache tq3 (5 bits/element)"), std::string::npos) << r.out;

@@ -645,3 +645,22 @@ TEST_F(ServerMetricsPromtool, EngineOnBundledModel) {
 
 }  // namespace
 }  // namespace tq
+
+namespace tq {
+namespace {
+
+TEST(ServerMetrics, KvQualityRatiosOfAutoPerDtype) {
+  ServerMetrics metrics;
+  EXPECT_TRUE(RenderParsed(metrics).All("tqserve_kv_cache_quality_ratio").empty());  // flag dtype
+  EngineInfo info = TestInfo();
+  info.kv_dtype_choice = "auto: tq3 (...)";
+  info.kv_quality_ratios = {{"tq3", 1.0021}, {"tq4", 1.0012}, {"int8", 0.9998}};
+  const Exposition e = RenderParsed(metrics, {}, info);
+  ASSERT_EQ(e.All("tqserve_kv_cache_quality_ratio").size(), 3u);
+  EXPECT_DOUBLE_EQ(e.Value("tqserve_kv_cache_quality_ratio", {{"dtype", "tq3"}}), 1.0021);
+  EXPECT_DOUBLE_EQ(e.Value("tqserve_kv_cache_quality_ratio", {{"dtype", "int8"}}), 0.9998);
+  EXPECT_EQ(e.All("tqserve_cache_config_info")[0].labels.at("kv_cache_dtype"), "tq3");
+}
+
+}  // namespace
+}  // namespace tq
