@@ -9,6 +9,10 @@
 #include "kernels/tq/bitplanes.h"
 #include "kernels/tq/rotation.h"
 
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 namespace tq::kernels::cpu {
 namespace {
 
@@ -20,6 +24,44 @@ float LoadHalf(const uint8_t* src) {
   uint16_t h;
   std::memcpy(&h, src, 2);
   return HalfToFloat(h);
+}
+
+// fp16 -> fp32 of d elements, 8 at a time with F16C (vcvtph2ps is exact, as
+// HalfToFloat, so both paths give the same floats). Attention decodes every
+// key and value once per query token, so the scalar loop made an fp16 cache
+// prefill 2.5x slower than fp32 (issue 22 item 3).
+void WidenHalf(const uint8_t* src, int32_t d, float* out) {
+  int32_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= d; i += 8) {
+    __m128i h;
+    std::memcpy(&h, src + 2 * i, sizeof(h));
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+  }
+#endif
+  for (; i < d; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    out[i] = HalfToFloat(h);
+  }
+}
+
+// bf16 -> fp32: the 16 bits become the high half of the float, 8 lanes at a time.
+void WidenBf16(const uint8_t* src, int32_t d, float* out) {
+  typedef uint16_t v8h __attribute__((vector_size(16)));
+  typedef uint32_t v8u __attribute__((vector_size(32)));
+  int32_t i = 0;
+  for (; i + 8 <= d; i += 8) {
+    v8h h;
+    std::memcpy(&h, src + 2 * i, sizeof(h));
+    const v8u w = __builtin_convertvector(h, v8u) << 16;
+    std::memcpy(out + i, &w, sizeof(w));
+  }
+  for (; i < d; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    out[i] = Bf16ToFloat(h);
+  }
 }
 
 // Asymmetric per-vector integer quantization with `levels` = 2^bits - 1 steps:
@@ -134,15 +176,11 @@ void DecodeRecord(const uint8_t* code, const uint8_t* param, const KvLayout& lay
       std::memcpy(out, code, sizeof(float) * d);
       return;
     case KvDtype::kF16:
-    case KvDtype::kBF16: {
-      const bool f16 = layout.dtype == KvDtype::kF16;
-      for (int32_t i = 0; i < d; ++i) {
-        uint16_t h;
-        std::memcpy(&h, code + 2 * i, 2);
-        out[i] = f16 ? HalfToFloat(h) : Bf16ToFloat(h);
-      }
+      WidenHalf(code, d, out);
       return;
-    }
+    case KvDtype::kBF16:
+      WidenBf16(code, d, out);
+      return;
     case KvDtype::kInt8:
       DecodeInt(code, param, d, 8, out);
       return;
