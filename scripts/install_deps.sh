@@ -18,6 +18,7 @@ PACKAGES=(
   libcpp-httplib-dev       # HTTP server (daemon) and client (serving benchmark)
   prometheus-cpp-dev       # /metrics
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # gRPC API
+  libssl-dev               # API keys: SHA-256 and CRYPTO_memcmp (OpenSSL)
 )
 # TQ_DEPS=build (the Dockerfiles) stops there: no test references, promtool,
 # kubectl, node or npm packages.

@@ -43,6 +43,22 @@ grpc::Status Guarded(ServerMetrics* metrics, Body&& body) {
   }
 }
 
+// UNAUTHENTICATED unless the call's `authorization` metadata is
+// "Bearer <an accepted key>" (when keys are set; the HTTP API's rule).
+void CheckApiKey(const guard::ApiKeys& keys, const grpc::ServerContext* context) {
+  if (!keys.enabled()) return;
+  const auto& metadata = context->client_metadata();
+  const auto it = metadata.find("authorization");
+  std::optional<std::string_view> value;
+  if (it != metadata.end()) value = std::string_view(it->second.data(), it->second.size());
+  if (!keys.Accepts(value)) {
+    throw RpcError(grpc::StatusCode::UNAUTHENTICATED,
+                   value ? "Incorrect API key provided."
+                         : "no API key: send metadata 'authorization: Bearer YOUR_KEY'",
+                   "unauthorized");
+  }
+}
+
 }  // namespace
 
 // Counts one Generate call for the drain and the stream limit.
@@ -122,6 +138,7 @@ grpc::Status GenerationServiceImpl::Generate(grpc::ServerContext* context,
   StreamResult result;
   int32_t prompt_tokens = 0;
   result.status = Guarded(metrics_, [&] {
+    CheckApiKey(options_.api_keys, context);
     EngineClient& engine = ReadyEngine();
     InFlight in_flight(this);
     GenerateParams params = ParseGenerateRequest(*request, limits_, engine.tokenizer());
@@ -197,10 +214,11 @@ GenerationServiceImpl::StreamResult GenerationServiceImpl::RunStream(
   return result;
 }
 
-grpc::Status GenerationServiceImpl::Tokenize(grpc::ServerContext*,
+grpc::Status GenerationServiceImpl::Tokenize(grpc::ServerContext* context,
                                              const pb::TokenizeRequest* request,
                                              pb::TokenizeResponse* response) {
   return Record("Tokenize", Guarded(metrics_, [&] {
+                  CheckApiKey(options_.api_keys, context);
                   EngineClient& engine = ReadyEngine();
                   CheckModel(request->model(), limits_);
                   CheckPromptText(request->text(), limits_, "text");
@@ -215,10 +233,11 @@ grpc::Status GenerationServiceImpl::Tokenize(grpc::ServerContext*,
                 }));
 }
 
-grpc::Status GenerationServiceImpl::Detokenize(grpc::ServerContext*,
+grpc::Status GenerationServiceImpl::Detokenize(grpc::ServerContext* context,
                                                const pb::DetokenizeRequest* request,
                                                pb::DetokenizeResponse* response) {
   return Record("Detokenize", Guarded(metrics_, [&] {
+                  CheckApiKey(options_.api_keys, context);
                   EngineClient& engine = ReadyEngine();
                   CheckModel(request->model(), limits_);
                   const auto& ids = request->token_ids();
@@ -229,9 +248,11 @@ grpc::Status GenerationServiceImpl::Detokenize(grpc::ServerContext*,
                 }));
 }
 
-grpc::Status GenerationServiceImpl::ListModels(grpc::ServerContext*, const pb::ListModelsRequest*,
+grpc::Status GenerationServiceImpl::ListModels(grpc::ServerContext* context,
+                                               const pb::ListModelsRequest*,
                                                pb::ListModelsResponse* response) {
   return Record("ListModels", Guarded(metrics_, [&] {
+                  CheckApiKey(options_.api_keys, context);
                   EngineClient& engine = ReadyEngine();
                   pb::ModelCard* card = response->add_models();
                   card->set_id(limits_.served_model_name);
@@ -243,46 +264,51 @@ grpc::Status GenerationServiceImpl::ListModels(grpc::ServerContext*, const pb::L
                 }));
 }
 
-grpc::Status GenerationServiceImpl::GetServerInfo(grpc::ServerContext*,
+grpc::Status GenerationServiceImpl::GetServerInfo(grpc::ServerContext* context,
                                                   const pb::GetServerInfoRequest*,
                                                   pb::GetServerInfoResponse* response) {
-  return Record(
-      "GetServerInfo", Guarded(metrics_, [&] {
-        // Answers while draining too: EngineState.draining says so.
-        EngineClient& engine = ReadyEngine(/*allow_draining=*/true);
-        const EngineInfo& info = engine.info();
-        response->set_model(limits_.served_model_name);
-        response->set_model_dir(info.model_dir);
-        response->set_device(info.device);
-        pb::KvCacheInfo* kv = response->mutable_kv_cache();
-        kv->set_dtype(info.kv_cache_dtype);
-        kv->set_block_size(info.block_size);
-        kv->set_num_blocks(info.num_kv_blocks);
-        kv->set_bytes_per_block(info.kv_bytes_per_block);
-        kv->set_total_bytes(info.kv_cache_bytes);
-        kv->set_capacity_tokens(info.kv_capacity_tokens);
-        kv->set_calibration(info.kv_calibration_source);
-        response->set_max_model_len(info.max_model_len);
-        response->set_max_num_seqs(info.max_num_seqs);
-        response->set_max_num_batched_tokens(info.max_num_batched_tokens);
-        response->set_vocab_size(info.vocab_size);
-        for (const auto& [precision, bytes] : info.weight_bytes) {
-          (*response->mutable_weight_bytes())[precision] = bytes;
-        }
-        pb::Versions* versions = response->mutable_versions();
-        versions->set_tqserve(TQ_VERSION);
-        versions->set_grpc(grpc::Version());
-        versions->set_protobuf(google::protobuf::internal::VersionString(GOOGLE_PROTOBUF_VERSION));
-        versions->set_api("tqserve.v1");
-        const EngineStats stats = engine.Stats();
-        pb::EngineState* state = response->mutable_state();
-        state->set_alive(stats.alive);
-        state->set_draining(draining() || stats.draining);
-        state->set_num_requests_running(stats.num_running);
-        state->set_num_requests_waiting(stats.num_waiting);
-        state->set_kv_cache_blocks_used(stats.kv_blocks_used);
-        return grpc::Status::OK;
-      }));
+  return Record("GetServerInfo", Guarded(metrics_, [&] {
+                  CheckApiKey(options_.api_keys, context);
+                  // Answers while draining too: EngineState.draining says so.
+                  EngineClient& engine = ReadyEngine(/*allow_draining=*/true);
+                  const EngineInfo& info = engine.info();
+                  response->set_model(limits_.served_model_name);
+                  // The directory path and library versions only when asked for
+                  // (--expose-server-details): they help an attacker more than a client.
+                  if (options_.server_details) response->set_model_dir(info.model_dir);
+                  response->set_device(info.device);
+                  pb::KvCacheInfo* kv = response->mutable_kv_cache();
+                  kv->set_dtype(info.kv_cache_dtype);
+                  kv->set_block_size(info.block_size);
+                  kv->set_num_blocks(info.num_kv_blocks);
+                  kv->set_bytes_per_block(info.kv_bytes_per_block);
+                  kv->set_total_bytes(info.kv_cache_bytes);
+                  kv->set_capacity_tokens(info.kv_capacity_tokens);
+                  kv->set_calibration(info.kv_calibration_source);
+                  response->set_max_model_len(info.max_model_len);
+                  response->set_max_num_seqs(info.max_num_seqs);
+                  response->set_max_num_batched_tokens(info.max_num_batched_tokens);
+                  response->set_vocab_size(info.vocab_size);
+                  for (const auto& [precision, bytes] : info.weight_bytes) {
+                    (*response->mutable_weight_bytes())[precision] = bytes;
+                  }
+                  pb::Versions* versions = response->mutable_versions();
+                  versions->set_tqserve(TQ_VERSION);
+                  if (options_.server_details) {
+                    versions->set_grpc(grpc::Version());
+                    versions->set_protobuf(
+                        google::protobuf::internal::VersionString(GOOGLE_PROTOBUF_VERSION));
+                  }
+                  versions->set_api("tqserve.v1");
+                  const EngineStats stats = engine.Stats();
+                  pb::EngineState* state = response->mutable_state();
+                  state->set_alive(stats.alive);
+                  state->set_draining(draining() || stats.draining);
+                  state->set_num_requests_running(stats.num_running);
+                  state->set_num_requests_waiting(stats.num_waiting);
+                  state->set_kv_cache_blocks_used(stats.kv_blocks_used);
+                  return grpc::Status::OK;
+                }));
 }
 
 }  // namespace tq::grpc_api

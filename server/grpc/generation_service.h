@@ -11,6 +11,7 @@
 
 #include "engine/runtime/engine_client.h"
 #include "server/grpc/generate_request.h"
+#include "server/guard/api_keys.h"
 #include "server/metrics/server_metrics.h"
 #include "tqserve/v1/generation.grpc.pb.h"
 
@@ -25,6 +26,8 @@ struct GrpcOptions {
   int max_message_bytes = 64 << 20;           // largest request (prompt) accepted
   std::chrono::milliseconds cancel_poll{10};  // how often a stream checks for cancellation
   bool log_requests = true;                   // one info line per Generate
+  guard::ApiKeys api_keys;                    // --api-key: every call but health needs one
+  bool server_details = false;  // --expose-server-details: GetServerInfo's versions, model_dir
 };
 
 /// The service. Thread-safe: gRPC runs each call on its own thread; SetEngine

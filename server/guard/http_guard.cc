@@ -1,10 +1,48 @@
 // Pre-body HTTP request checks (see http_guard.h).
 #include "server/guard/http_guard.h"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 
 namespace tq::guard {
 namespace {
+
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// The host name of a Host header: "[::1]:8000" -> "[::1]", "a.b:80" -> "a.b".
+std::string HostName(std::string_view host) {
+  host = Trim(host);
+  if (!host.empty() && host.front() == '[') {
+    const size_t end = host.find(']');
+    return Lower(end == std::string_view::npos ? host : host.substr(0, end + 1));
+  }
+  return Lower(host.substr(0, host.find(':')));
+}
+
+bool OriginAllowed(const HttpGuardOptions& options, const std::string& origin) {
+  for (const std::string& allowed : options.allowed_origins) {
+    if (allowed == "*" || allowed == origin) return true;
+  }
+  return false;
+}
+
+// Media type of a Content-Type without its parameters, lower-cased.
+std::string MediaType(std::string_view content_type) {
+  return Lower(Trim(content_type.substr(0, content_type.find(';'))));
+}
 
 std::optional<HttpRefusal> CheckBodySize(const HttpGuardOptions& options, const RequestHead& head) {
   if (head.header("Transfer-Encoding")) {
@@ -34,12 +72,77 @@ std::optional<HttpRefusal> CheckBodySize(const HttpGuardOptions& options, const 
   return std::nullopt;
 }
 
+std::optional<HttpRefusal> CheckBrowserPolicy(const HttpGuardOptions& options,
+                                              const RequestHead& head) {
+  if (!options.allowed_hosts.empty()) {
+    const std::string host = HostName(head.header("Host").value_or(""));
+    if (std::find(options.allowed_hosts.begin(), options.allowed_hosts.end(), host) ==
+        options.allowed_hosts.end()) {
+      return HttpRefusal{
+          403, "Host '" + host + "' is not allowed (--allowed-hosts)", "", "host", {}};
+    }
+  }
+  if (options.allowed_origins.empty()) return std::nullopt;
+  const std::optional<std::string> origin = head.header("Origin");
+  if (!origin) return std::nullopt;  // not a cross-origin browser request
+  if (!OriginAllowed(options, *origin)) {
+    return HttpRefusal{
+        403, "Origin '" + *origin + "' is not allowed (--allowed-origins)", "", "origin", {}};
+  }
+  if (head.method == "OPTIONS" && head.header("Access-Control-Request-Method")) {
+    Headers headers;  // Access-Control-Allow-Origin: ResponseHeaders, on every answer
+    headers.emplace_back("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    headers.emplace_back("Access-Control-Allow-Headers", "Authorization, Content-Type");
+    headers.emplace_back("Access-Control-Max-Age", "600");
+    return HttpRefusal{204, "", "", "", std::move(headers)};
+  }
+  return std::nullopt;
+}
+
 }  // namespace
+
+bool NeedsApiKey(std::string_view path) {
+  return path == "/v1" || path.starts_with("/v1/") || path == "/tokenize" || path == "/detokenize";
+}
 
 std::optional<HttpRefusal> CheckRequestHead(const HttpGuardOptions& options,
                                             const RequestHead& head) {
+  if (auto refusal = CheckBrowserPolicy(options, head)) return refusal;
+  if (options.api_keys.enabled() && NeedsApiKey(head.path)) {
+    const std::optional<std::string> authorization = head.header("Authorization");
+    if (!options.api_keys.Accepts(authorization)) {
+      // OpenAI's wording and code for a wrong or missing key.
+      return HttpRefusal{401,
+                         authorization ? "Incorrect API key provided."
+                                       : "You didn't provide an API key. You need to provide "
+                                         "your API key in an Authorization header using Bearer "
+                                         "auth (i.e. Authorization: Bearer YOUR_KEY).",
+                         "invalid_api_key",
+                         "unauthorized",
+                         {{"WWW-Authenticate", "Bearer"}}};
+    }
+  }
   if (auto refusal = CheckBodySize(options, head)) return refusal;
+  // A POST with a body (one without gets the route's "no body" 400).
+  if (head.method == "POST" && head.header("Content-Length")) {
+    const std::optional<std::string> type = head.header("Content-Type");
+    if (!type || MediaType(*type) != "application/json") {
+      return HttpRefusal{415,
+                         "Content-Type must be application/json, got " +
+                             (type ? "'" + *type + "'" : std::string("none")),
+                         "unsupported_media_type",
+                         "content_type",
+                         {}};
+    }
+  }
   return std::nullopt;
+}
+
+Headers ResponseHeaders(const HttpGuardOptions& options, const RequestHead& head) {
+  if (options.allowed_origins.empty()) return {};
+  const std::optional<std::string> origin = head.header("Origin");
+  if (!origin || !OriginAllowed(options, *origin)) return {};
+  return {{"Access-Control-Allow-Origin", *origin}, {"Vary", "Origin"}};
 }
 
 }  // namespace tq::guard

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "server/guard/api_keys.h"
+
 namespace tq::guard {
 
 /// What the guard enforces (`tqserve serve` flags; immutable once serving).
@@ -19,6 +21,16 @@ struct HttpGuardOptions {
   /// Largest request body (--max-body-bytes): a larger Content-Length is 413
   /// before a byte of the body is read.
   size_t max_body_bytes = size_t{64} << 20;
+  /// Keys for /v1/*, /tokenize and /detokenize (none: open).
+  ApiKeys api_keys;
+  /// --allowed-origins: browser origins ("https://app.example", or "*") that
+  /// may call the API cross-origin (CORS). Empty (the default): no CORS
+  /// headers, so browsers keep pages from reading responses or sending
+  /// preflighted (JSON) requests.
+  std::vector<std::string> allowed_origins;
+  /// --allowed-hosts: accepted Host header names (without the port; against
+  /// DNS rebinding). Empty (the default): any Host.
+  std::vector<std::string> allowed_hosts;
 };
 
 /// The parts of a request the guard looks at. `header` returns a header's
@@ -30,8 +42,10 @@ struct RequestHead {
   std::function<std::optional<std::string>(std::string_view name)> header;
 };
 
-/// A refused request: the HTTP status, the OpenAI error fields, the metrics
-/// reason (tqserve_requests_refused_total) and headers to add to the answer.
+/// A request the guard answers itself: the HTTP status, the OpenAI error
+/// fields (no body for a 204), the metrics reason
+/// (tqserve_requests_refused_total; "" for a CORS preflight, which is not a
+/// refusal) and headers to add to the answer.
 struct HttpRefusal {
   int status = 400;
   std::string message;
@@ -40,16 +54,40 @@ struct HttpRefusal {
   std::vector<std::pair<std::string, std::string>> headers;
 };
 
+/// Whether `path` needs an API key when keys are set: /v1/*, /tokenize,
+/// /detokenize. /health, /livez, /metrics and /version stay open (probes and
+/// scrapers), as does any unknown path (its 404 says nothing).
+bool NeedsApiKey(std::string_view path);
+
 /// Checks `head` against `options`; nullopt when the request may go on (its
-/// body is then read and routed). Refuses, in this order:
+/// body is then read and routed). Answers, in this order:
+///  - a Host outside options.allowed_hosts (when set): 403 (reason "host");
+///  - with options.allowed_origins set: an Origin outside them, 403 (reason
+///    "origin"); a CORS preflight (OPTIONS with Origin and
+///    Access-Control-Request-Method) from an allowed one, 204 with the
+///    Access-Control-* headers;
+///  - a protected path (NeedsApiKey) without an accepted
+///    `Authorization: Bearer KEY` when keys are set: 401 with OpenAI's
+///    invalid_api_key error and `WWW-Authenticate: Bearer` (reason
+///    "unauthorized");
 ///  - a body the transport cannot bound before reading it: a request with
 ///    Transfer-Encoding (chunked) gets 411 "send a Content-Length" (reason
 ///    "body_chunked": cpp-httplib 0.11 reads chunked bodies without its
 ///    payload limit);
 ///  - Content-Length above options.max_body_bytes or not a number: 413
-///    (reason "body_too_large") / 400.
+///    (reason "body_too_large") / 400 (reason "bad_content_length");
+///  - a POST with a body whose Content-Type is not application/json: 415
+///    (reason "content_type": a web page can post text/plain cross-site
+///    without a preflight, never application/json).
 /// Thread-safe (reads only). Never throws for any header bytes.
 std::optional<HttpRefusal> CheckRequestHead(const HttpGuardOptions& options,
                                             const RequestHead& head);
+
+/// Headers every response to `head` carries, the guard's own answers
+/// included (the transport adds them): with options.allowed_origins set and
+/// an allowed Origin, Access-Control-Allow-Origin and Vary: Origin; nothing
+/// otherwise.
+std::vector<std::pair<std::string, std::string>> ResponseHeaders(const HttpGuardOptions& options,
+                                                                 const RequestHead& head);
 
 }  // namespace tq::guard

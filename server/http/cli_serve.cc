@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <mutex>
 #include <thread>
@@ -41,6 +42,8 @@ struct ServeArgs {
   double shutdown_timeout_s = 30;
   bool disable_log_requests = false;
   bool kv_cache_memory_set = false;
+  std::vector<std::string> api_keys;  // --api-key (repeatable)
+  std::string api_key_file;
   std::string config_file;
 };
 
@@ -223,6 +226,9 @@ void RunServe(ServeArgs& args) {
     args.engine.kv_cache_memory = DefaultKvCacheMemory(files.config, args.engine);
   }
   args.http.log_requests = !args.disable_log_requests;
+  const char* env_key = std::getenv("TQSERVE_API_KEY");
+  args.http.guard.api_keys =
+      guard::ApiKeys::Load(args.api_keys, env_key != nullptr ? env_key : "", args.api_key_file);
 
   ServerMetrics metrics;
   http::HttpServer server(args.http, &metrics);
@@ -239,6 +245,7 @@ void RunServe(ServeArgs& args) {
       args.grpc.host = args.http.host;
       args.grpc.served_model_name = args.http.served_model_name;
       args.grpc.log_requests = args.http.log_requests;
+      args.grpc.api_keys = args.http.guard.api_keys;
       grpc = std::make_unique<grpc_api::GrpcServer>(args.grpc, &metrics);
       const int grpc_port = grpc->Start();
       // Integration tests read the gRPC port from this line.
@@ -325,6 +332,21 @@ void AddServeCommand(CLI::App& app) {
                   "Largest HTTP request body in bytes (413 beyond, refused before it is read)")
       ->check(CLI::Range(size_t{1} << 10, size_t{1} << 32))
       ->capture_default_str();
+  cmd->add_option("--api-key", args->api_keys,
+                  "API key clients must send as 'Authorization: Bearer KEY' on /v1/*, /tokenize, "
+                  "/detokenize and gRPC (repeatable; also TQSERVE_API_KEY; /health, /livez, "
+                  "/metrics, /version and gRPC health stay open)");
+  cmd->add_option("--api-key-file", args->api_key_file,
+                  "File with API keys, one a line (e.g. a mounted Kubernetes Secret)");
+  cmd->add_option("--allowed-origins", args->http.guard.allowed_origins,
+                  "Browser origins allowed to call the API (CORS; '*' for any; default: none, no "
+                  "CORS headers)")
+      ->delimiter(',');
+  cmd->add_option("--allowed-hosts", args->http.guard.allowed_hosts,
+                  "Host header names accepted (against DNS rebinding; default: any)")
+      ->delimiter(',');
+  cmd->add_flag("--expose-server-details", args->grpc.server_details,
+                "gRPC GetServerInfo also reports the model directory and library versions");
   cmd->add_option("--shutdown-timeout", args->shutdown_timeout_s,
                   "Seconds in-flight requests get to finish after SIGTERM/SIGINT")
       ->check(CLI::Range(0.0, 86400.0))

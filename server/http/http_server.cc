@@ -96,13 +96,22 @@ httplib::Server::HandlerResponse PreRouting(const ServerState& state, const http
                                   if (!req.has_header(key)) return std::nullopt;
                                   return req.get_header_value(key);
                                 }};
+  for (const auto& [name, value] : guard::ResponseHeaders(state.options().guard, head)) {
+    res.set_header(name, value);
+  }
   const std::optional<guard::HttpRefusal> refusal =
       guard::CheckRequestHead(state.options().guard, head);
   if (!refusal) return httplib::Server::HandlerResponse::Unhandled;
-  if (state.metrics() != nullptr) state.metrics()->OnRefused("http", refusal->reason);
+  if (state.metrics() != nullptr && !refusal->reason.empty()) {
+    state.metrics()->OnRefused("http", refusal->reason);
+  }
   for (const auto& [name, value] : refusal->headers) res.set_header(name, value);
   res.set_header("Connection", "close");  // the body, if any, is not read
-  SendError(res, ApiError{refusal->status, refusal->message, "", "", refusal->code});
+  if (refusal->status == 204) {
+    res.status = 204;  // a CORS preflight: headers only
+  } else {
+    SendError(res, ApiError{refusal->status, refusal->message, "", "", refusal->code});
+  }
   return httplib::Server::HandlerResponse::Handled;
 }
 

@@ -15,14 +15,14 @@ namespace tq::http {
 using nlohmann::json;
 
 void HandleModels(ServerState& state, const httplib::Request&, httplib::Response& res) {
-  EngineClient& engine = state.ReadyEngine();
+  state.ReadyEngine();  // 503 while loading or draining
   // OpenAI's list shape; max_model_len, root and parent as vLLM adds them.
   static const int64_t created = UnixSeconds();
   json model = {{"id", state.model().served_model_name},
                 {"object", "model"},
                 {"created", created},
                 {"owned_by", "tqserve"},
-                {"root", engine.info().model_dir},
+                {"root", state.model().served_model_name},  // not the directory path (issue 20)
                 {"parent", nullptr},
                 {"max_model_len", state.model().max_model_len}};
   SendJson(res, {{"object", "list"}, {"data", json::array({std::move(model)})}});

@@ -258,11 +258,13 @@ struct ServerMetrics::Impl {
   std::map<Labels, Counter*> refused_counters;
   std::mutex render_mutex;  // guards the GaugeSets and serializes Render
 
-  void SetEngineGauges(const EngineStats& stats, const EngineInfo& info);
+  void SetEngineGauges(const EngineStats& stats, const EngineInfo& info,
+                       const std::string& served_model_name);
   void SetProcessGauges(const EngineInfo& info);
 };
 
-void ServerMetrics::Impl::SetEngineGauges(const EngineStats& stats, const EngineInfo& info) {
+void ServerMetrics::Impl::SetEngineGauges(const EngineStats& stats, const EngineInfo& info,
+                                          const std::string& served_model_name) {
   num_running.Set(CountOrZero(stats.num_running));
   num_waiting.Set(CountOrZero(stats.num_waiting));
   const double total_blocks = CountOrZero(info.num_kv_blocks);
@@ -295,7 +297,7 @@ void ServerMetrics::Impl::SetEngineGauges(const EngineStats& stats, const Engine
   weight_bytes.Assign(weights);
 
   info_labels.Assign({{{{"version", TQ_VERSION},
-                        {"model", info.model_dir},
+                        {"model", served_model_name},
                         {"kv_cache_dtype", info.kv_cache_dtype},
                         {"device", info.device}},
                        1.0}});
@@ -421,7 +423,7 @@ void ServerMetrics::OnRefused(const std::string& protocol, const std::string& re
 std::string ServerMetrics::Render(const EngineStats& stats, const EngineInfo& info,
                                   const std::string& served_model_name) {
   std::lock_guard<std::mutex> lock(impl_->render_mutex);
-  impl_->SetEngineGauges(stats, info);
+  impl_->SetEngineGauges(stats, info, served_model_name);
   impl_->SetProcessGauges(info);
 
   std::vector<prometheus::MetricFamily> families = impl_->model_registry.Collect();

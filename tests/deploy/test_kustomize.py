@@ -198,9 +198,10 @@ class DrainTest(unittest.TestCase):
         ready = c["readinessProbe"]["httpGet"]["path"]
         # A request that stays in flight while this test does not read its
         # stream: 128 choices x 500 tokens with logprobs are far more
-        # SSE bytes than the loopback socket buffers hold.
+        # SSE bytes than the loopback socket buffers hold (logprobs 3: 128 x
+        # 500 x (1 + 3) entries stay under the logprob volume limit, docs/api.md).
         body = json.dumps({"prompt": "Once upon a time", "max_tokens": 500, "n": 128, "stream": True,
-                           "logprobs": 5, "ignore_eos": True})
+                           "logprobs": 3, "ignore_eos": True})
         with Daemon({"--model": env("TQSERVE_MODEL"), "--shutdown-timeout": "60"}) as d:
             with socket.create_connection(("127.0.0.1", d.port)) as sock:
                 sock.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: tqserve\r\nContent-Type: application/json\r\n"

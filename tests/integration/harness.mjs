@@ -383,3 +383,13 @@ export function openSse(url, body) {
   result.catch(() => signalFirst());
   return { firstData, result };
 }
+
+/** The error a promise rejects with; fails the test when it resolves. */
+export async function errorOf(promise) {
+  try {
+    await promise;
+  } catch (e) {
+    return e;
+  }
+  return assert.fail('the request succeeded');
+}

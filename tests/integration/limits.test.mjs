@@ -10,7 +10,7 @@ import net from 'node:net';
 import { after, test } from 'node:test';
 
 import { connect, freePort, generate, grpcAddress, Status, unary } from './grpc_client.mjs';
-import { serveForTests } from './harness.mjs';
+import { errorOf, serveForTests } from './harness.mjs';
 
 const MAX_BODY = 4 << 20;
 const served = serveForTests({
@@ -24,15 +24,6 @@ after(() => grpcClients?.close());
 // its tokenizer.model (Python sentencepiece; tests/unit/test_request_limits.cc).
 const MAX_PROMPT_BYTES = 512 * 9;
 const big = (bytes) => 'a'.repeat(bytes);
-
-async function errorOf(promise) {
-  try {
-    await promise;
-  } catch (e) {
-    return e;
-  }
-  assert.fail('the request succeeded');
-}
 
 const refused = async (reason) => (await served.daemon.metrics()).sum('tqserve_requests_refused_total', { reason });
 

@@ -55,6 +55,7 @@ struct TestServer {
     options.port = 0;
     options.served_model_name = "stories260K";
     options.log_requests = false;
+    options.server_details = true;  // GetServerInfo's versions and model_dir are checked
     server = std::make_unique<grpc_api::GrpcServer>(options, &metrics);
     port = server->Start();
     channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(port),

@@ -268,7 +268,7 @@ TEST(ServerMetrics, EngineGaugesFromStatsAndInfo) {
   EXPECT_EQ(info[0].value, 1);
   EXPECT_EQ(info[0].labels, (LabelMap{{"model_name", "served-model"},
                                       {"version", TQ_PROJECT_VERSION},
-                                      {"model", "/models/stories260K"},
+                                      {"model", "served-model"},  // the served name, never the path
                                       {"kv_cache_dtype", "tq3"},
                                       {"device", "cpu"}}));
   std::vector<Sample> cache = e.All("tqserve_cache_config_info");
