@@ -73,13 +73,15 @@ struct RmsNormParams {
   float eps = 1e-5f;
 };
 
-/// out[rows, out_features] = x[rows, in_features] · Wᵀ (+ out when accumulate).
+/// out[rows, out_features] = x[rows, in_features] · Wᵀ (+ out when accumulate)
+/// (+ bias, broadcast over the rows, when bias is set: nn.Linear's bias).
 struct MatMulParams {
   const float* x = nullptr;
   WeightView w;
   float* out = nullptr;
   int32_t rows = 0;
-  bool accumulate = false;  // out += x·Wᵀ (fuses the residual add)
+  bool accumulate = false;      // out += x·Wᵀ (fuses the residual add)
+  const float* bias = nullptr;  // [out_features] fp32, or null: no bias
 };
 
 /// Rotary position embedding in place, Hugging Face "rotate_half" layout: for

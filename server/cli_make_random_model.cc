@@ -3,8 +3,10 @@
 // downloading real weights.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <optional>
+#include <sstream>
 
 #include "engine/common/error.h"
 #include "engine/model/random_model.h"
@@ -21,6 +23,8 @@ struct MakeRandomModelOptions {
   uint64_t seed = 0;
   uint64_t max_shard_bytes = 4ull << 30;
   std::string tokenizer;
+  std::string tokenizer_json;
+  std::string chat_template;  // a file of Jinja source
 };
 
 // Parameter count of a Llama model with this config.
@@ -28,8 +32,11 @@ uint64_t NumParams(const ModelConfig& c) {
   const uint64_t h = c.hidden_size, q = uint64_t(c.num_attention_heads) * c.head_dim;
   const uint64_t kv = uint64_t(c.num_key_value_heads) * c.head_dim;
   const uint64_t layer = 2 * h + h * q + 2 * kv * h + q * h + 3 * uint64_t(c.intermediate_size) * h;
+  uint64_t vectors = 0;  // biases, q/k norms
+  for (const LayerVectorTensor& v : LayerVectorTensors(c)) vectors += static_cast<uint64_t>(v.size);
   const uint64_t embed = uint64_t(c.vocab_size) * h;
-  return embed * (c.tie_word_embeddings ? 1 : 2) + uint64_t(c.num_hidden_layers) * layer + h;
+  return embed * (c.tie_word_embeddings ? 1 : 2) +
+         uint64_t(c.num_hidden_layers) * (layer + vectors) + h;
 }
 
 void Run(const MakeRandomModelOptions& o) {
@@ -73,6 +80,14 @@ void Run(const MakeRandomModelOptions& o) {
 
   RandomModelSpec spec;
   spec.config = c;
+  spec.tokenizer_json = o.tokenizer_json;
+  if (!o.chat_template.empty()) {
+    std::ifstream in(o.chat_template, std::ios::binary);
+    if (!in) throw Error(o.chat_template + ": cannot open (--chat-template)");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    spec.chat_template = ss.str();
+  }
   spec.seed = o.seed;
   spec.max_shard_bytes = o.max_shard_bytes;
   if (o.dtype == "f16" || o.dtype == "fp16" || o.dtype == "float16") {
@@ -92,10 +107,11 @@ void Run(const MakeRandomModelOptions& o) {
               o.out.c_str(), static_cast<unsigned long long>(params), params / 1e6,
               static_cast<unsigned long long>(bytes), TensorDtypeName(spec.dtype),
               bytes / double(1ull << 30));
-  if (o.tokenizer.empty()) {
+  if (o.tokenizer.empty() && o.tokenizer_json.empty()) {
     std::printf(
-        "note: no tokenizer.model written; `tqserve generate` needs one: pass --tokenizer "
-        "FILE (e.g. models/stories260K/tokenizer.model; ids beyond its vocabulary decode to "
+        "note: no tokenizer written; `tqserve generate` needs one: pass --tokenizer-json "
+        "FILE (a tokenizer.json) or --tokenizer FILE (a SentencePiece model, e.g. "
+        "models/stories260K/tokenizer.model; ids beyond its vocabulary decode to "
         "nothing)\n");
   }
 }
@@ -128,6 +144,11 @@ void AddMakeRandomModelCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--tokenizer", opts->tokenizer,
                   "SentencePiece tokenizer.model to copy into the checkpoint (default: none)");
+  cmd->add_option("--tokenizer-json", opts->tokenizer_json,
+                  "Hugging Face tokenizer.json to copy into the checkpoint, with the "
+                  "tokenizer_config.json beside it when there is one (default: none)");
+  cmd->add_option("--chat-template", opts->chat_template,
+                  "File of Jinja source to write as tokenizer_config.json's chat_template");
   cmd->callback([opts] { Run(*opts); });
 }
 

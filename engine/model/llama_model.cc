@@ -245,9 +245,17 @@ void LlamaModel::Attention(int32_t layer, const StepInputs& in, PagedKvCache& ca
     activation_observer_(layer, LinearInput::kAttnIn,
                          ObservedCopy(x, size_t{1} * n * c.hidden_size), n, c.hidden_size);
 
-  backend_->MatMul({x, w.q_proj.View(), q_.as<float>(), n, false});
-  backend_->MatMul({x, w.k_proj.View(), k_.as<float>(), n, false});
-  backend_->MatMul({x, w.v_proj.View(), v_.as<float>(), n, false});
+  backend_->MatMul({x, w.q_proj.View(), q_.as<float>(), n, false, w.q_bias.as<float>()});
+  backend_->MatMul({x, w.k_proj.View(), k_.as<float>(), n, false, w.k_bias.as<float>()});
+  backend_->MatMul({x, w.v_proj.View(), v_.as<float>(), n, false, w.v_bias.as<float>()});
+  if (c.qk_norm) {  // Qwen3: RMSNorm of each head's vector, rows [tokens * heads, head_dim]
+    const auto eps = static_cast<float>(c.rms_norm_eps);
+    backend_->RmsNorm({q_.as<float>(), w.q_norm.as<float>(), q_.as<float>(), n * plan_.num_heads,
+                       c.head_dim, eps});
+    backend_->RmsNorm({k_.as<float>(), w.k_norm.as<float>(), k_.as<float>(), n * plan_.num_kv_heads,
+                       c.head_dim, eps});
+  }
+  // The keys as the cache stores them before RoPE (after k_norm).
   if (key_observer_)
     key_observer_(layer,
                   ObservedCopy(k_.as<float>(), size_t{1} * n * plan_.num_kv_heads * c.head_dim), n);

@@ -37,7 +37,9 @@ struct ForwardBatch {
 
 /// LlamaForCausalLM (HF transformers modeling_llama): embedding, N x
 /// [RMSNorm, GQA attention with RoPE, residual, RMSNorm, SwiGLU MLP,
-/// residual], final RMSNorm, lm_head. Thread ownership: the engine thread;
+/// residual], final RMSNorm, lm_head. The same decoder serves Mistral,
+/// Qwen2 (q/k/v biases: modeling_qwen2) and Qwen3 (per-head RMSNorm of q
+/// and k before RoPE: modeling_qwen3), as ModelConfig says. Thread ownership: the engine thread;
 /// Forward is not reentrant (it reuses activation buffers).
 ///
 /// Tensor parallelism (docs/parallelism.md): each rank has its own LlamaModel
@@ -71,7 +73,8 @@ class LlamaModel {
   }
   kernels::Backend* backend() const { return backend_; }
 
-  /// Called in Forward with each layer's keys before RoPE: (layer, k_pre_rope
+  /// Called in Forward with each layer's keys before RoPE (after Qwen3's
+  /// k_norm: the keys the cache stores): (layer, k_pre_rope
   /// [num_tokens, num_kv_heads, head_dim] host fp32, num_tokens); under TP
   /// the rank's KV heads, called on the rank's thread. Used to
   /// calibrate the per-channel key normalization of the tq KV formats. The

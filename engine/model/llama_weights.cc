@@ -61,9 +61,11 @@ class Loader {
  public:
   Loader(const std::string& dir, kernels::Backend* backend) : ckpt_(dir), backend_(backend) {}
 
-  // An fp32 vector (norms).
-  kernels::BackendBuffer Vector(const std::string& name, int64_t n) {
-    LinearWeight w = Dense(name, {n}, {}, WeightDtype::kF32);
+  // An fp32 vector of n elements (norms, biases), or its elements
+  // [first, first + count) (a column-parallel bias slice; count -1: all).
+  kernels::BackendBuffer Vector(const std::string& name, int64_t n, int64_t first = 0,
+                                int64_t count = -1) {
+    LinearWeight w = Dense(name, {n}, {0, -1, first, count}, WeightDtype::kF32);
     return std::move(w.data);
   }
 
@@ -283,6 +285,15 @@ kernels::WeightView LinearWeight::View() const {
   return v;
 }
 
+size_t LlamaLayerWeights::VectorBytes() const {
+  size_t n = 0;
+  for (const kernels::BackendBuffer* b :
+       {&input_layernorm, &post_attention_layernorm, &q_bias, &k_bias, &v_bias, &q_norm, &k_norm}) {
+    n += b->bytes();
+  }
+  return n;
+}
+
 kernels::WeightView LlamaWeights::LmHeadView(int32_t rows) const {
   if (!lm_head.empty()) return lm_head.View();
   kernels::WeightView v = embed_tokens.View();
@@ -302,7 +313,7 @@ std::map<std::string, size_t> LlamaWeights::BytesByPrecision() const {
   add(lm_head);
   out["fp32"] += norm.bytes();
   for (const LlamaLayerWeights& l : layers) {
-    out["fp32"] += l.input_layernorm.bytes() + l.post_attention_layernorm.bytes();
+    out["fp32"] += l.VectorBytes();
     for (const LinearWeight* w :
          {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) {
       add(*w);
@@ -315,8 +326,7 @@ double LlamaWeights::AverageBitsPerWeight() const {
   int64_t params =
       embed_tokens.num_params() + lm_head.num_params() + static_cast<int64_t>(norm.bytes() / 4);
   for (const LlamaLayerWeights& l : layers) {
-    params +=
-        static_cast<int64_t>((l.input_layernorm.bytes() + l.post_attention_layernorm.bytes()) / 4);
+    params += static_cast<int64_t>(l.VectorBytes() / 4);
     for (const LinearWeight* w :
          {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) {
       params += w->num_params();
@@ -384,6 +394,20 @@ LlamaWeights LoadLlamaWeights(const std::string& model_dir, const ModelConfig& c
     LlamaLayerWeights& l = w.layers[static_cast<size_t>(i)];
     l.input_layernorm = loader.Vector(p + "input_layernorm.weight", hidden);
     l.post_attention_layernorm = loader.Vector(p + "post_attention_layernorm.weight", hidden);
+    for (const LayerVectorTensor& v : LayerVectorTensors(config)) {
+      const std::string name = p + v.short_name;
+      if (v.short_name == "self_attn.q_proj.bias") {
+        l.q_bias = loader.Vector(name, v.size, plan.first_head * hd, plan.num_heads * hd);
+      } else if (v.short_name == "self_attn.k_proj.bias") {
+        l.k_bias = loader.Vector(name, v.size, plan.first_kv_head * hd, plan.num_kv_heads * hd);
+      } else if (v.short_name == "self_attn.v_proj.bias") {
+        l.v_bias = loader.Vector(name, v.size, plan.first_kv_head * hd, plan.num_kv_heads * hd);
+      } else if (v.short_name == "self_attn.q_norm.weight") {
+        l.q_norm = loader.Vector(name, v.size);
+      } else {
+        l.k_norm = loader.Vector(name, v.size);
+      }
+    }
   }
   for (const quant::LinearModule& m : quant::LlamaLinearModules(config)) {
     LinearWeight& slot = Slot(w.layers[static_cast<size_t>(m.layer)], m.short_name);

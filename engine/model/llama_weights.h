@@ -54,6 +54,14 @@ struct LlamaLayerWeights {
   kernels::BackendBuffer post_attention_layernorm;  // fp32 [hidden]
   LinearWeight gate_proj, up_proj;                  // [inter, hidden]
   LinearWeight down_proj;                           // [hidden, inter]
+  // Optional (ModelConfig qkv_bias / qk_norm), fp32, empty when the model
+  // has none. Under TP q/k/v biases are the rank's slices (with their weight
+  // rows); the q/k norms (per head_dim channel) are whole on every rank.
+  kernels::BackendBuffer q_bias, k_bias, v_bias;  // [heads*hd], [kv*hd] x2
+  kernels::BackendBuffer q_norm, k_norm;          // [head_dim]
+
+  /// Backend bytes of the fp32 vectors: both layernorms, biases, q/k norms.
+  size_t VectorBytes() const;
 };
 
 /// All weights. lm_head aliases embed_tokens when tie_word_embeddings.

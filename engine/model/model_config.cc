@@ -148,12 +148,20 @@ ModelConfig ParseConfig(const json& j, const std::string& file) {
     c.architecture = "LlamaForCausalLM";
   } else if (j.contains("model_type") && j["model_type"] == "mistral") {
     c.architecture = "MistralForCausalLM";
+  } else if (j.contains("model_type") && j["model_type"] == "qwen2") {
+    c.architecture = "Qwen2ForCausalLM";
+  } else if (j.contains("model_type") && j["model_type"] == "qwen3") {
+    c.architecture = "Qwen3ForCausalLM";
   } else {
     Fail(file, "field 'architectures' is missing");
   }
-  if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM") {
+  const bool qwen2 = c.architecture == "Qwen2ForCausalLM";
+  const bool qwen3 = c.architecture == "Qwen3ForCausalLM";
+  if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM" && !qwen2 &&
+      !qwen3) {
     Fail(file, "unsupported architecture '" + c.architecture +
-                   "' (supported: LlamaForCausalLM, MistralForCausalLM)");
+                   "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+                   "Qwen3ForCausalLM)");
   }
   c.hidden_size = f.Int("hidden_size", 1);
   c.intermediate_size = f.Int("intermediate_size", 1);
@@ -195,14 +203,21 @@ ModelConfig ParseConfig(const json& j, const std::string& file) {
   if (f.Has("hidden_act") && f.At("hidden_act") != "silu") {
     Fail(file, "unsupported hidden_act " + f.At("hidden_act").dump() + " (supported: \"silu\")");
   }
-  for (const char* bias : {"attention_bias", "mlp_bias"}) {
-    if (f.Bool(bias, false)) Fail(file, std::string("unsupported ") + bias + ": true");
-  }
-  if (f.Has("sliding_window")) {
-    // Attention over a full window equals sliding-window attention while the
-    // context is no longer than the window, so the context is capped there.
-    c.sliding_window = f.Int("sliding_window", 1);
-  }
+  if (f.Bool("mlp_bias", false)) Fail(file, "unsupported mlp_bias: true");
+  // modeling_qwen2: q/k/v always have biases, o_proj never. Llama and Qwen3
+  // put one on all four projections when attention_bias (no released
+  // checkpoint of these families does): refused.
+  if (f.Bool("attention_bias", false)) Fail(file, "unsupported attention_bias: true");
+  c.qkv_bias = qwen2;
+  c.qk_norm = qwen3;
+  if (f.Has("use_mrope") && f.Bool("use_mrope", false)) Fail(file, "unsupported use_mrope: true");
+  // Qwen2/3 keep a sliding_window value that applies only when
+  // use_sliding_window is true. Attention over a full window equals
+  // sliding-window attention while the context is no longer than the window,
+  // so the context is capped there (exact for every layer, whichever
+  // max_window_layers says slides).
+  const bool window_used = (qwen2 || qwen3) ? f.Bool("use_sliding_window", false) : true;
+  if (window_used && f.Has("sliding_window")) c.sliding_window = f.Int("sliding_window", 1);
   return c;
 }
 
@@ -233,6 +248,22 @@ std::string ParseSpecialToken(const Fields& f, const std::string& key) {
 }
 
 }  // namespace
+
+std::vector<LayerVectorTensor> LayerVectorTensors(const ModelConfig& c) {
+  const int64_t q = int64_t{c.num_attention_heads} * c.head_dim;
+  const int64_t kv = int64_t{c.num_key_value_heads} * c.head_dim;
+  std::vector<LayerVectorTensor> out;
+  if (c.qkv_bias) {
+    out.push_back({"self_attn.q_proj.bias", q});
+    out.push_back({"self_attn.k_proj.bias", kv});
+    out.push_back({"self_attn.v_proj.bias", kv});
+  }
+  if (c.qk_norm) {
+    out.push_back({"self_attn.q_norm.weight", c.head_dim});
+    out.push_back({"self_attn.k_norm.weight", c.head_dim});
+  }
+  return out;
+}
 
 std::vector<float> ModelConfig::RopeInvFreq() const {
   const int half = head_dim / 2;

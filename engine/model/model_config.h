@@ -17,10 +17,12 @@ struct RopeScaling {
   int64_t original_max_position_embeddings = 8192;  // llama3
 };
 
-/// config.json of a LlamaForCausalLM checkpoint (HF transformers LlamaConfig),
-/// plus the token ids of generation_config.json / tokenizer_config.json.
+/// config.json of a Llama-family checkpoint (HF transformers LlamaConfig,
+/// MistralConfig, Qwen2Config, Qwen3Config), plus the token ids of
+/// generation_config.json / tokenizer_config.json.
 struct ModelConfig {
-  std::string architecture;  // "LlamaForCausalLM"
+  std::string architecture;  // "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
+                             // "Qwen3ForCausalLM"
   int32_t hidden_size = 0;
   int32_t intermediate_size = 0;
   int32_t num_hidden_layers = 0;
@@ -29,11 +31,18 @@ struct ModelConfig {
   int32_t head_dim = 0;             // defaults to hidden_size / num_attention_heads
   int32_t vocab_size = 0;
   int32_t max_position_embeddings = 2048;
-  int32_t sliding_window = 0;  // Mistral; 0 = none. Contexts are capped at it.
+  int32_t sliding_window = 0;  // Mistral, Qwen2/3 use_sliding_window; 0 = none. Contexts are
+                               // capped at it (attention over the whole context is then exact).
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
+  // q_proj/k_proj/v_proj have biases (Qwen2; modeling_qwen2 hard-codes them;
+  // attention_bias true, biases on all four projections, is refused).
+  bool qkv_bias = false;
+  // Qwen3: RMSNorm over each head's head_dim channels of q and k
+  // (self_attn.q_norm/k_norm, weight [head_dim]) before RoPE.
+  bool qk_norm = false;
   std::string torch_dtype;  // informational
   int32_t bos_token_id = 1;
   std::vector<int32_t> eos_token_ids;  // generation_config.json overrides config.json
@@ -48,6 +57,16 @@ struct ModelConfig {
                                                                           : max_position_embeddings;
   }
 };
+
+/// A per-layer fp32 vector tensor besides the two layernorms: an attention
+/// bias or a q/k norm weight, as the config asks for.
+struct LayerVectorTensor {
+  std::string short_name;  // "self_attn.q_proj.bias", "self_attn.k_norm.weight", ...
+  int64_t size = 0;        // elements
+};
+/// The layer's bias and q/k norm tensors (HF names below model.layers.N.),
+/// in checkpoint order; empty for a plain Llama.
+std::vector<LayerVectorTensor> LayerVectorTensors(const ModelConfig& config);
 
 /// Generation defaults from generation_config.json (all optional).
 struct GenerationDefaults {
@@ -81,7 +100,10 @@ struct ModelFiles {
 /// tokenizer_config.json (optional) from `dir` and validates them.
 /// Throws tq::Error naming the file and the problem: missing directory or
 /// config.json, invalid JSON, architecture other than LlamaForCausalLM /
-/// MistralForCausalLM, missing or non-positive sizes, heads that do not divide.
+/// MistralForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM, a config
+/// feature the forward pass does not implement (mlp_bias, another
+/// hidden_act, rope_scaling other than linear/llama3), missing or
+/// non-positive sizes, heads that do not divide.
 ModelFiles LoadModelFiles(const std::string& dir);
 
 }  // namespace tq

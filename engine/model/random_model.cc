@@ -70,8 +70,8 @@ void StoreFloat(float v, TensorDtype dtype, uint8_t* dst) {
   }
 }
 
-// Fills dst with N(0, std²) (or the constant `value` when random is false).
-void FillTensor(uint8_t* dst, size_t nbytes, TensorDtype dtype, bool random, float value,
+// Fills dst with N(mean, std²) (the constant mean when std is 0).
+void FillTensor(uint8_t* dst, size_t nbytes, TensorDtype dtype, float mean, float std,
                 uint64_t tensor_seed) {
   const size_t esize = TensorDtypeBytes(dtype);
   const size_t n = nbytes / esize;
@@ -83,7 +83,7 @@ void FillTensor(uint8_t* dst, size_t nbytes, TensorDtype dtype, bool random, flo
       SplitMix64(state);
       const size_t end = std::min(n, (c + 1) * kChunkElems);
       for (size_t i = c * kChunkElems; i < end; ++i) {
-        const float v = random ? kWeightStd * Gaussian(SplitMix64(state)) : value;
+        const float v = std != 0.0f ? mean + std * Gaussian(SplitMix64(state)) : mean;
         StoreFloat(v, dtype, dst + i * esize);
       }
     }
@@ -138,10 +138,18 @@ const char* TorchDtype(TensorDtype d) {
   return "float32";
 }
 
+// HF model_type of an architecture this writer knows.
+const char* ModelType(const std::string& architecture) {
+  if (architecture == "Qwen2ForCausalLM") return "qwen2";
+  if (architecture == "Qwen3ForCausalLM") return "qwen3";
+  if (architecture == "MistralForCausalLM") return "mistral";
+  return "llama";
+}
+
 ojson ConfigJson(const ModelConfig& c, TensorDtype dtype) {
   ojson j;
-  j["architectures"] = {"LlamaForCausalLM"};
-  j["model_type"] = "llama";
+  j["architectures"] = {c.architecture};
+  j["model_type"] = ModelType(c.architecture);
   j["hidden_size"] = c.hidden_size;
   j["intermediate_size"] = c.intermediate_size;
   j["num_hidden_layers"] = c.num_hidden_layers;
@@ -172,8 +180,15 @@ ojson ConfigJson(const ModelConfig& c, TensorDtype dtype) {
   } else {
     j["eos_token_id"] = c.eos_token_ids;
   }
-  j["attention_bias"] = false;
+  // Qwen2's q/k/v biases are implied by its architecture.
+  if (c.architecture != "Qwen2ForCausalLM") j["attention_bias"] = false;
   j["mlp_bias"] = false;
+  if (c.architecture == "Qwen2ForCausalLM" || c.architecture == "Qwen3ForCausalLM") {
+    j["use_sliding_window"] = c.sliding_window > 0;
+    j["sliding_window"] = c.sliding_window > 0 ? ojson(c.sliding_window) : ojson(nullptr);
+  } else if (c.sliding_window > 0) {
+    j["sliding_window"] = c.sliding_window;
+  }
   j["initializer_range"] = 0.02;
   return j;
 }
@@ -185,13 +200,19 @@ std::vector<TensorToWrite> TensorList(const RandomModelSpec& spec) {
   const int64_t q = int64_t{c.num_attention_heads} * c.head_dim;
   const int64_t kv = int64_t{c.num_key_value_heads} * c.head_dim;
   std::vector<TensorToWrite> out;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool random) {
+  // Weights N(0, 0.02²); layernorms 1 as HF initializes them. Biases and
+  // q/k norms (not in a plain Llama) are drawn wider, N(0, 0.1²) and
+  // N(1, 0.2²), so that a test against a reference sees them.
+  auto add_dist = [&](const std::string& name, std::vector<int64_t> shape, float mean, float std) {
     const TensorDtype dtype = spec.dtype;
     uint64_t seed_state = spec.seed ^ Fnv1a(name);
     const uint64_t tensor_seed = SplitMix64(seed_state);
     out.push_back({name, dtype, std::move(shape), [=](uint8_t* dst, size_t nbytes) {
-                     FillTensor(dst, nbytes, dtype, random, 1.0f, tensor_seed);
+                     FillTensor(dst, nbytes, dtype, mean, std, tensor_seed);
                    }});
+  };
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool random) {
+    add_dist(name, std::move(shape), random ? 0.0f : 1.0f, random ? kWeightStd : 0.0f);
   };
   add("model.embed_tokens.weight", {vocab, h}, true);
   for (int32_t i = 0; i < c.num_hidden_layers; ++i) {
@@ -205,6 +226,10 @@ std::vector<TensorToWrite> TensorList(const RandomModelSpec& spec) {
     add(p + "mlp.gate_proj.weight", {inter, h}, true);
     add(p + "mlp.up_proj.weight", {inter, h}, true);
     add(p + "mlp.down_proj.weight", {h, inter}, true);
+    for (const LayerVectorTensor& v : LayerVectorTensors(c)) {
+      const bool norm = v.short_name.ends_with("_norm.weight");
+      add_dist(p + v.short_name, {v.size}, norm ? 1.0f : 0.0f, norm ? 0.2f : 0.1f);
+    }
   }
   add("model.norm.weight", {h}, false);
   if (!c.tie_word_embeddings) add("lm_head.weight", {vocab, h}, true);
@@ -221,6 +246,49 @@ std::string ShardName(size_t i, size_t n) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", i + 1, n);
   return buf;
+}
+
+ojson ReadJson(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw Error(p.string() + ": cannot open");
+  try {
+    return ojson::parse(in);
+  } catch (const ojson::exception& e) {
+    throw Error(p.string() + ": invalid JSON: " + e.what());
+  }
+}
+
+// Copies a tokenizer.json whose ids fit the vocabulary into dir and returns
+// the tokenizer_config.json to write: the one beside it, else a default.
+ojson CopyTokenizerJson(const std::string& path, const ModelConfig& c, const fs::path& dir) {
+  const ojson t = ReadJson(path);
+  int64_t max_id = -1;
+  if (t.contains("model") && t["model"].contains("vocab") && t["model"]["vocab"].is_object()) {
+    for (const auto& [piece, id] : t["model"]["vocab"].items()) {
+      if (id.is_number_integer()) max_id = std::max<int64_t>(max_id, id.get<int64_t>());
+    }
+  }
+  if (t.contains("added_tokens") && t["added_tokens"].is_array()) {
+    for (const ojson& a : t["added_tokens"]) {
+      if (a.contains("id") && a["id"].is_number_integer()) {
+        max_id = std::max<int64_t>(max_id, a["id"].get<int64_t>());
+      }
+    }
+  }
+  if (max_id < 0) throw Error(path + ": no model.vocab ids (not a tokenizer.json?)");
+  if (max_id >= c.vocab_size) {
+    throw Error(path + ": token id " + std::to_string(max_id) + " does not fit vocab_size " +
+                std::to_string(c.vocab_size));
+  }
+  std::error_code ec;
+  fs::copy_file(path, dir / "tokenizer.json", fs::copy_options::overwrite_existing, ec);
+  if (ec) throw Error((dir / "tokenizer.json").string() + ": copy failed: " + ec.message());
+  const fs::path config = fs::path(path).parent_path() / "tokenizer_config.json";
+  if (fs::exists(config, ec)) return ReadJson(config);
+  ojson tok;
+  tok["tokenizer_class"] = "PreTrainedTokenizerFast";
+  tok["model_max_length"] = c.max_position_embeddings;
+  return tok;
 }
 
 }  // namespace
@@ -262,6 +330,69 @@ ModelConfig RandomModelPreset(const std::string& name) {
     c.head_dim = 64;
     c.vocab_size = 32000;
     c.max_position_embeddings = 2048;
+  } else if (name == "llama3.2-1b") {  // meta-llama/Llama-3.2-1B-Instruct config.json
+    c.hidden_size = 2048;
+    c.intermediate_size = 8192;
+    c.num_hidden_layers = 16;
+    c.num_attention_heads = 32;
+    c.num_key_value_heads = 8;
+    c.head_dim = 64;
+    c.vocab_size = 128256;
+    c.max_position_embeddings = 131072;
+    c.rope_theta = 500000.0;
+    c.rope_scaling.type = "llama3";
+    c.rope_scaling.factor = 32.0;
+    c.rope_scaling.low_freq_factor = 1.0;
+    c.rope_scaling.high_freq_factor = 4.0;
+    c.rope_scaling.original_max_position_embeddings = 8192;
+    c.tie_word_embeddings = true;
+    c.bos_token_id = 128000;
+    c.eos_token_ids = {128001, 128008, 128009};
+  } else if (name == "qwen2.5-0.5b") {  // Qwen/Qwen2.5-0.5B-Instruct config.json
+    c.architecture = "Qwen2ForCausalLM";
+    c.hidden_size = 896;
+    c.intermediate_size = 4864;
+    c.num_hidden_layers = 24;
+    c.num_attention_heads = 14;
+    c.num_key_value_heads = 2;
+    c.head_dim = 64;
+    c.vocab_size = 151936;
+    c.max_position_embeddings = 32768;
+    c.rms_norm_eps = 1e-6;
+    c.rope_theta = 1000000.0;
+    c.tie_word_embeddings = true;
+    c.qkv_bias = true;
+    c.bos_token_id = 151643;
+    c.eos_token_ids = {151645, 151643};
+  } else if (name == "qwen3-0.6b") {  // Qwen/Qwen3-0.6B config.json
+    c.architecture = "Qwen3ForCausalLM";
+    c.hidden_size = 1024;
+    c.intermediate_size = 3072;
+    c.num_hidden_layers = 28;
+    c.num_attention_heads = 16;
+    c.num_key_value_heads = 8;
+    c.head_dim = 128;  // not hidden / heads (64)
+    c.vocab_size = 151936;
+    c.max_position_embeddings = 40960;
+    c.rms_norm_eps = 1e-6;
+    c.rope_theta = 1000000.0;
+    c.tie_word_embeddings = true;
+    c.qk_norm = true;
+    c.bos_token_id = 151643;
+    c.eos_token_ids = {151645, 151643};
+  } else if (name == "smollm2-135m") {  // HuggingFaceTB/SmolLM2-135M-Instruct config.json
+    c.hidden_size = 576;
+    c.intermediate_size = 1536;
+    c.num_hidden_layers = 30;
+    c.num_attention_heads = 9;
+    c.num_key_value_heads = 3;
+    c.head_dim = 64;
+    c.vocab_size = 49152;
+    c.max_position_embeddings = 8192;
+    c.rope_theta = 100000.0;
+    c.tie_word_embeddings = true;
+    c.bos_token_id = 1;
+    c.eos_token_ids = {2};
   } else {
     std::string names;
     for (const auto& n : RandomModelPresetNames()) names += (names.empty() ? "" : ", ") + n;
@@ -271,13 +402,14 @@ ModelConfig RandomModelPreset(const std::string& name) {
 }
 
 std::vector<std::string> RandomModelPresetNames() {
-  return {"llama2-7b", "llama3-8b", "tiny-100m"};
+  return {"llama2-7b",    "llama3-8b",  "tiny-100m",   "llama3.2-1b",
+          "qwen2.5-0.5b", "qwen3-0.6b", "smollm2-135m"};
 }
 
 void WriteRandomModel(const std::string& out_dir, const RandomModelSpec& spec,
                       const std::string& tokenizer_model_path) {
   RandomModelSpec s = spec;
-  s.config.architecture = "LlamaForCausalLM";
+  if (s.config.architecture.empty()) s.config.architecture = "LlamaForCausalLM";
   CheckSpec(out_dir, s.config);
   if (s.max_shard_bytes == 0) throw Error(out_dir + ": max_shard_bytes must be positive");
   const fs::path dir(out_dir);
@@ -304,6 +436,14 @@ void WriteRandomModel(const std::string& out_dir, const RandomModelSpec& spec,
     if (ec) throw Error((dir / "tokenizer.model").string() + ": copy failed: " + ec.message());
   }
 
+  ojson tok;
+  tok["tokenizer_class"] = "LlamaTokenizer";
+  tok["add_bos_token"] = true;
+  tok["add_eos_token"] = false;
+  tok["model_max_length"] = s.config.max_position_embeddings;
+  if (!s.tokenizer_json.empty()) tok = CopyTokenizerJson(s.tokenizer_json, s.config, dir);
+  if (!s.chat_template.empty()) tok["chat_template"] = s.chat_template;
+
   // Stale weights from an earlier run would shadow (index) or mix with the new ones.
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string fname = entry.path().filename().string();
@@ -319,11 +459,6 @@ void WriteRandomModel(const std::string& out_dir, const RandomModelSpec& spec,
   gen["eos_token_id"] = s.config.eos_token_ids.size() == 1 ? ojson(s.config.eos_token_ids[0])
                                                            : ojson(s.config.eos_token_ids);
   WriteJson(dir / "generation_config.json", gen);
-  ojson tok;
-  tok["tokenizer_class"] = "LlamaTokenizer";
-  tok["add_bos_token"] = true;
-  tok["add_eos_token"] = false;
-  tok["model_max_length"] = s.config.max_position_embeddings;
   WriteJson(dir / "tokenizer_config.json", tok);
 
   // Greedy sharding in file order, as transformers' save_pretrained does.

@@ -17,21 +17,33 @@ struct RandomModelSpec {
   uint64_t seed = 0;
   /// Shard the weights when larger than this (model.safetensors.index.json).
   uint64_t max_shard_bytes = 4ull << 30;
+  /// A Hugging Face tokenizer.json to copy beside the weights (empty: none);
+  /// the tokenizer_config.json in its directory, when there is one, is
+  /// copied too (its chat template, special tokens) instead of the default.
+  std::string tokenizer_json;
+  /// Jinja source written as tokenizer_config.json's chat_template (empty:
+  /// keep the copied one, or none).
+  std::string chat_template;
 };
 
 /// Named presets: "llama2-7b" (32 layers, hidden 4096, 32 heads, head_dim 128,
 /// inter 11008, vocab 32000), "llama3-8b" (GQA 8 KV heads, inter 14336, vocab
 /// 128256, rope_theta 500000), "tiny-100m" (~100M parameters, head_dim 64,
-/// vocab 32000). Throws tq::Error on an unknown name.
+/// vocab 32000), and the real shapes (config.json) of Llama-3.2-1B
+/// "llama3.2-1b" (llama3 rope scaling, tied), Qwen2.5-0.5B "qwen2.5-0.5b"
+/// (q/k/v biases, tied), Qwen3-0.6B "qwen3-0.6b" (q/k norms, head_dim 128 !=
+/// hidden/heads, tied) and SmolLM2-135M "smollm2-135m" (Llama, tied), with
+/// their instruct models' BOS/EOS ids. Throws tq::Error on an unknown name.
 ModelConfig RandomModelPreset(const std::string& name);
 std::vector<std::string> RandomModelPresetNames();
 
 /// Writes a loadable HF directory: config.json, generation_config.json,
 /// tokenizer_config.json, model.safetensors (or shards + index) with weights
-/// drawn N(0, 0.02²) (norms = 1), and tokenizer.model copied from
-/// `tokenizer_model_path` when non-empty (its vocab must not exceed
+/// drawn N(0, 0.02²) (layernorms = 1; biases N(0, 0.1²), q/k norms N(1,
+/// 0.2²)), tokenizer.model copied from `tokenizer_model_path` when non-empty
+/// and spec.tokenizer_json as tokenizer.json (their ids must be below
 /// vocab_size). Streams tensors so multi-GB models need little memory.
-/// Throws tq::Error on I/O failure.
+/// Throws tq::Error on I/O failure or a tokenizer that does not fit.
 void WriteRandomModel(const std::string& out_dir, const RandomModelSpec& spec,
                       const std::string& tokenizer_model_path);
 

@@ -133,6 +133,9 @@ QuantizeSummary WriteQuantizedCheckpoint(const std::string& model_dir, const Mod
     const std::string p = "model.layers." + std::to_string(layer) + ".";
     dense(p + "input_layernorm.weight", {hidden}, false);
     dense(p + "post_attention_layernorm.weight", {hidden}, false);
+    for (const LayerVectorTensor& v : LayerVectorTensors(config)) {
+      dense(p + v.short_name, {v.size}, false);  // biases, q/k norms: as stored
+    }
   }
   for (const LinearModule& m : modules) {
     const auto it = formats.find(m.name);

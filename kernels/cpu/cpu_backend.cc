@@ -75,13 +75,19 @@ class CpuBackend final : public Backend {
     CheckWeightView("cpu", "MatMul", p.w);
     switch (p.w.dtype) {
       case WeightDtype::kF32:
-        return cpu::MatMul(p, pool_);
+        cpu::MatMul(p, pool_);
+        break;
       case WeightDtype::kF32Panels:
-        return cpu::MatMulF32Panels(p, pool_);
+        cpu::MatMulF32Panels(p, pool_);
+        break;
       default:
-        if (cpu::GemvSupported(p)) return cpu::Gemv(p, pool_);
-        return cpu::MatMulPacked(p, pool_);
+        if (cpu::GemvSupported(p)) {
+          cpu::Gemv(p, pool_);
+        } else {
+          cpu::MatMulPacked(p, pool_);
+        }
     }
+    if (p.bias) AddBias(p.out, p.bias, p.rows, p.w.out_features);
   }
 
   void Rope(const RopeParams& p) override {
@@ -127,6 +133,16 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // out[r, :] += bias for every row (the nn.Linear bias after the product).
+  void AddBias(float* out, const float* bias, int32_t rows, int32_t cols) {
+    pool_.ParallelFor(rows, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        float* row = out + r * cols;
+        for (int32_t i = 0; i < cols; ++i) row[i] += bias[i];
+      }
+    });
+  }
+
   ThreadPool pool_;
 };
 

@@ -162,6 +162,7 @@ class CudaBackend final : public Backend {
     cuda::LaunchLogitsTopK(p, stream_);
   }
   void QuantMatMul(const MatMulParams& p);
+  void DenseMatMul(const MatMulParams& p);
   const int32_t* UploadLayout(const cuda::AttentionBatchLayout& layout);
   std::unique_ptr<BackendGraph> CaptureGraph(const std::function<void()>& record) override;
 
@@ -356,8 +357,15 @@ void CudaBackend::MatMul(const MatMulParams& p) {
   Select();
   if (w.dtype == WeightDtype::kInt8 || w.dtype == WeightDtype::kInt4) {
     QuantMatMul(p);
-    return;
+  } else {
+    DenseMatMul(p);
   }
+  if (p.bias) cuda::LaunchAddBias(p.out, p.bias, p.rows, w.out_features, stream_);
+}
+
+// fp32/fp16/bf16 weights: one cuBLAS GEMM (16-bit activations for 16-bit weights).
+void CudaBackend::DenseMatMul(const MatMulParams& p) {
+  const WeightView& w = p.w;
   const float alpha = 1.0f;
   const float beta = p.accumulate ? 1.0f : 0.0f;
   // Row-major out[rows, out] = x[rows, in] · Wᵀ is, column-major,

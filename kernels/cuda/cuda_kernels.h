@@ -44,6 +44,9 @@ void LaunchToHalf(const float* src, uint16_t* dst, int64_t n, bool to_bf16, cuda
 void LaunchFromHalf(const uint16_t* src, float* dst, int64_t n, bool accumulate,
                     cudaStream_t stream);
 
+/// out[r, c] += bias[c] for r < rows, c < cols (MatMulParams::bias after the GEMM).
+void LaunchAddBias(float* out, const float* bias, int32_t rows, int32_t cols, cudaStream_t stream);
+
 /// KV write for every KvDtype; `tq` is required for kTq3/kTq4.
 void LaunchKvWrite(const KvWriteParams& p, const DeviceTqCodec* tq, cudaStream_t stream);
 

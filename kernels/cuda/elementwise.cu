@@ -121,6 +121,13 @@ __global__ void FromHalfKernel(const uint16_t* src, float* dst, int64_t n, bool 
   }
 }
 
+__global__ void AddBiasKernel(float* out, const float* bias, int64_t n, int32_t cols) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[e] += bias[e % cols];
+  }
+}
+
 }  // namespace
 
 void LaunchEmbedding(const EmbeddingParams& p, cudaStream_t stream) {
@@ -164,6 +171,13 @@ void LaunchFromHalf(const uint16_t* src, float* dst, int64_t n, bool accumulate,
                     cudaStream_t stream) {
   if (n == 0) return;
   FromHalfKernel<<<GridFor(n), kThreads, 0, stream>>>(src, dst, n, accumulate);
+  TQ_CUDA_CHECK_LAUNCH();
+}
+
+void LaunchAddBias(float* out, const float* bias, int32_t rows, int32_t cols, cudaStream_t stream) {
+  const int64_t n = static_cast<int64_t>(rows) * cols;
+  if (n == 0) return;
+  AddBiasKernel<<<GridFor(n), kThreads, 0, stream>>>(out, bias, n, cols);
   TQ_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,12 +1,14 @@
 // Chat messages -> prompt text and tokens (see chat_template.h and
 // docs/chat.md). Rendering follows transformers' apply_chat_template:
 // jinja2 with trim_blocks and lstrip_blocks, variables messages,
-// add_generation_prompt, bos_token, eos_token and the raise_exception
-// global; the text is then tokenized with special-token strings split out.
+// add_generation_prompt, bos_token, eos_token and the raise_exception and
+// strftime_now globals; the text is then tokenized with special-token
+// strings split out.
 #include "server/text/chat_template.h"
 
 #include <algorithm>
 #include <array>
+#include <ctime>
 #include <optional>
 
 #include "engine/common/error.h"
@@ -18,6 +20,20 @@ namespace {
 
 // The plain format of models without a chat template (docs/chat.md).
 constexpr std::string_view kFallbackSeparator = "\n\n";
+
+// transformers' strftime_now(format): the local time formatted by strftime
+// (Llama 3.2's template stamps "Today Date: 02 Dec 2026" with it).
+jinja::Value StrftimeNow(const jinja::CallArgs& args) {
+  if (args.positional.size() != 1 || !args.positional[0].is_string()) {
+    throw ChatTemplateError("chat template error: strftime_now takes one format string");
+  }
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char buf[256];
+  const size_t n = std::strftime(buf, sizeof buf, args.positional[0].Str().c_str(), &local);
+  return std::string(buf, n);
+}
 
 }  // namespace
 
@@ -107,6 +123,7 @@ std::string ChatTemplate::Render(const std::vector<ChatMessage>& messages,
          throw ChatTemplateError(args.positional.empty() ? "chat template raised an exception"
                                                          : args.positional[0].Str());
        })},
+      {"strftime_now", jinja::Value::Func(StrftimeNow)},
   };
   try {
     return impl_->tmpl->Render(context);

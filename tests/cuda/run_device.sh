@@ -3,7 +3,8 @@
 # a C++ compiler only: builds the engine + CUDA kernels (no server, no
 # sentencepiece; GoogleTest and nlohmann/json come from third_party/carry/),
 # runs every CUDA test (each op against the CPU backend, end-to-end greedy on
-# the bundled model; with NCCL installed, tq_test_nccl: the NCCL
+# the bundled model and on random Qwen2/Qwen3 checkpoints (biases, q/k norms:
+# test_cuda_arch.cc); with NCCL installed, tq_test_nccl: the NCCL
 # communicator's collectives over this machine's GPUs and tensor-parallel
 # greedy decoding against the CPU, TP=1 through NCCL on one GPU and TP=2/4 when
 # the machine has that many GPUs) and the kernel benchmarks (copy bandwidth,

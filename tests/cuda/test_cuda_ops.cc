@@ -233,6 +233,54 @@ TEST_F(CudaOps, MatMulInt8Int4MatchesCpuBackend) {
   }
 }
 
+// MatMulParams::bias (Qwen2's q/k/v biases): the bias kernel after the GEMM,
+// dense and int8 weights, with and without accumulate, against the CPU
+// backend (whose bias add tests/unit/test_cpu_ops.cc checks against float64).
+TEST_F(CudaOps, MatMulBiasMatchesCpuBackend) {
+  for (const WeightDtype dtype : {WeightDtype::kF32, WeightDtype::kBF16, WeightDtype::kInt8}) {
+    for (const bool accumulate : {false, true}) {
+      for (const auto& [rows, out, in] : {std::tuple{1, 64, 64}, {7, 896, 128}, {33, 17, 64}}) {
+        const std::vector<float> x = RandomFloats(static_cast<size_t>(rows) * in, 71);
+        const std::vector<float> bias = RandomFloats(static_cast<size_t>(out), 72, -2.0f, 2.0f);
+        const std::vector<float> init = RandomFloats(static_cast<size_t>(rows) * out, 73);
+        std::vector<float> w = RandomFloats(static_cast<size_t>(out) * in, 74);
+        std::vector<uint16_t> w16(w.size()), scales(static_cast<size_t>(out));
+        std::vector<uint8_t> codes(w.size());
+        for (size_t i = 0; i < w.size(); ++i) {
+          w16[i] = kernels::FloatToBf16(w[i]);
+          codes[i] = static_cast<uint8_t>((i * 37 + 11) % 256);
+        }
+        for (uint16_t& sc : scales) sc = kernels::FloatToHalf(0.01f);
+        kernels::BackendBuffer dw = dtype == WeightDtype::kF32    ? Upload(w)
+                                    : dtype == WeightDtype::kBF16 ? Upload(w16)
+                                                                  : Upload(codes);
+        kernels::BackendBuffer dscales = Upload(scales);
+        kernels::WeightView host{dtype == WeightDtype::kF32 ? static_cast<const void*>(w.data())
+                                 : dtype == WeightDtype::kBF16
+                                     ? static_cast<const void*>(w16.data())
+                                     : codes.data(),
+                                 dtype, out, in};
+        kernels::WeightView dev{dw.data(), dtype, out, in};
+        if (dtype == WeightDtype::kInt8) {
+          host.scales = scales.data();
+          host.group_size = dev.group_size = in;
+          dev.scales = dscales.as<uint16_t>();
+        }
+        std::vector<float> expected = init;
+        cpu_->MatMul({x.data(), host, expected.data(), rows, accumulate, bias.data()});
+        kernels::BackendBuffer dx = Upload(x), db = Upload(bias);
+        kernels::BackendBuffer dy = accumulate ? Upload(init) : Poisoned(init.size());
+        cuda_->MatMul({dx.as<float>(), dev, dy.as<float>(), rows, accumulate, db.as<float>()});
+        // 16-bit activations (bf16 GEMM, fp16 int8 GEMM) as the tests above allow.
+        const double tol = dtype == WeightDtype::kF32 ? 1e-5 * std::sqrt(static_cast<double>(in))
+                                                      : 1e-2 * std::sqrt(static_cast<double>(in));
+        ExpectClose(Download<float>(dy, init.size()), expected, tol, tol,
+                    "bias matmul rows " + std::to_string(rows) + " out " + std::to_string(out));
+      }
+    }
+  }
+}
+
 TEST_F(CudaOps, BadParamsThrowClearErrors) {
   kernels::BackendBuffer buf = Poisoned(64);
   EXPECT_THROW(cuda_->RmsNorm({buf.as<float>(), nullptr, buf.as<float>(), 2, 8, 1e-5f}),

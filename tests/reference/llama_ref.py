@@ -4,14 +4,18 @@
 Test oracle for the tqserve C++ CPU engine. Pure numpy (no torch); written from
 the math, not from tqserve code. Sources of truth:
   * HF transformers LlamaForCausalLM (src/transformers/models/llama/modeling_llama.py)
-    and _compute_default/_linear/_llama3_parameters in modeling_rope_utils.py
+    and _compute_default/_linear/_llama3_parameters in modeling_rope_utils.py;
+    Qwen2ForCausalLM (modeling_qwen2.py: q/k/v projections with biases) and
+    Qwen3ForCausalLM (modeling_qwen3.py: RMSNorm q_norm/k_norm over each head's
+    head_dim channels, before RoPE); every nn.Linear bias the checkpoint holds
+    is added
   * RoPE: Su et al., "RoFormer" (arXiv:2104.09864), HF rotate_half layout
   * RMSNorm: Zhang & Sennrich, "Root Mean Square Layer Normalization" (arXiv:1910.07467)
   * safetensors format: 8-byte LE u64 header length, JSON header, raw LE tensor data
 
 Usage:
   llama_ref.py --model DIR --out FILE [--tokens N] [--ids 1,2,3]
-  llama_ref.py --model DIR --greedy N
+  llama_ref.py --model DIR --greedy N [--ids 1,2,3 --greedy-out FILE]
   llama_ref.py --model DIR --ppl FILE --ctx N --stride S [--max-documents K] [--ppl-out F]
 
 Default input: [1] (BOS) + the `# ids [...]` list of
@@ -113,6 +117,10 @@ class Llama:
     def rmsnorm(self, x, name):  # LlamaRMSNorm: x / sqrt(mean(x^2) + eps) * w
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * self.w[name]
 
+    def head_norm(self, x, name):
+        """Qwen3 q_norm / k_norm on x [T, heads, hd] when the checkpoint has them."""
+        return self.rmsnorm(x, name) if name in self.w else x
+
     @staticmethod
     def rotate_half(x):  # HF: cat(-x2, x1) over the last dim
         h = x.shape[-1] // 2
@@ -130,8 +138,10 @@ class Llama:
         for i in range(self.nl):
             p = "model.layers.%d." % i
             h = self.rmsnorm(x, p + "input_layernorm.weight")
-            q = self.lin(h, p + "self_attn.q_proj").reshape(T, nh, hd).transpose(1, 0, 2)
-            k = self.lin(h, p + "self_attn.k_proj").reshape(T, nkv, hd).transpose(1, 0, 2)
+            q = self.lin(h, p + "self_attn.q_proj").reshape(T, nh, hd)
+            k = self.lin(h, p + "self_attn.k_proj").reshape(T, nkv, hd)
+            q = self.head_norm(q, p + "self_attn.q_norm.weight").transpose(1, 0, 2)
+            k = self.head_norm(k, p + "self_attn.k_norm.weight").transpose(1, 0, 2)
             v = self.lin(h, p + "self_attn.v_proj").reshape(T, nkv, hd).transpose(1, 0, 2)
             q = q * cos + self.rotate_half(q) * sin                         # RoPE
             k = k * cos + self.rotate_half(k) * sin
@@ -243,7 +253,11 @@ def main():
     ap.add_argument("--out", help="reference output file (TQREF1 format)")
     ap.add_argument("--tokens", type=int, default=64, help="number of input tokens")
     ap.add_argument("--ids", help="comma-separated token ids (overrides default input)")
-    ap.add_argument("--greedy", type=int, help="print N greedy ids from the fixed prompt")
+    ap.add_argument("--greedy", type=int, help="print N greedy ids from the fixed prompt "
+                    "(or from --ids)")
+    ap.add_argument("--greedy-out", help="--greedy: also write two lines here, the prompt "
+                    "ids and the greedy ids, comma-separated")
+    ap.add_argument("--inv-freq-out", help="write the RoPE inverse frequencies here, one a line")
     ap.add_argument("--ppl", help="text file: sliding-window perplexity over its documents "
                     "(split at blank lines, BOS first)")
     ap.add_argument("--ctx", type=int, help="--ppl window length in tokens")
@@ -251,25 +265,36 @@ def main():
     ap.add_argument("--max-documents", type=int, help="--ppl: first K documents only")
     ap.add_argument("--ppl-out", help="--ppl: also write nll_sum/num_predicted/perplexity here")
     args = ap.parse_args()
-    if not args.out and not args.greedy and not args.ppl:
-        ap.error("need --out, --greedy and/or --ppl")
+    if not args.out and not args.greedy and not args.ppl and not args.inv_freq_out:
+        ap.error("need --out, --greedy, --ppl and/or --inv-freq-out")
     if args.ppl and (args.ctx is None or args.stride is None):
         ap.error("--ppl needs --ctx and --stride")
     m = Llama(args.model)
+    if args.inv_freq_out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.inv_freq_out)), exist_ok=True)
+        with open(args.inv_freq_out, "w") as f:
+            f.write("".join("%.17g\n" % v for v in m.inv_freq))
 
     if args.ppl:
         perplexity(m, args)
 
     if args.greedy:
-        seq = list(PROMPT)
+        prompt = [int(t) for t in args.ids.split(",") if t.strip()] if args.ids else PROMPT
+        seq = list(prompt)
         for _ in range(args.greedy):  # full recompute each step
             seq.append(int(np.argmax(m.forward(seq)[-1])))
-        gen = seq[len(PROMPT):]
+        gen = seq[len(prompt):]
         print("greedy:", gen)
-        want = reference_ids()[len(PROMPT) - 1:]  # drop the prompt (file omits BOS)
-        n = min(100, len(gen), len(want))
-        k = next((i for i in range(n) if gen[i] != want[i]), n)
-        print("match: %d/%d" % (k, n))
+        if args.greedy_out:
+            os.makedirs(os.path.dirname(os.path.abspath(args.greedy_out)), exist_ok=True)
+            with open(args.greedy_out, "w") as f:
+                f.write(",".join(str(t) for t in prompt) + "\n")
+                f.write(",".join(str(t) for t in gen) + "\n")
+        if not args.ids:
+            want = reference_ids()[len(PROMPT) - 1:]  # drop the prompt (file omits BOS)
+            n = min(100, len(gen), len(want))
+            k = next((i for i in range(n) if gen[i] != want[i]), n)
+            print("match: %d/%d" % (k, n))
 
     if args.out:
         if args.ids:

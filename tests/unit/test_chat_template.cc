@@ -5,6 +5,7 @@
 // plain fallback of the bundled model, which has no template.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -174,6 +175,27 @@ TEST_F(ChatTemplateTest, FallbackWithoutBosWhenConfigSaysSo) {
   f.tokenizer.add_bos_token = false;
   const ChatTemplate tmpl(f, *tok_);
   EXPECT_EQ(tmpl.Tokenize("Once upon a time"), (Ids{403, 407, 261, 378}));
+}
+
+// strftime_now (transformers' global; Llama 3.2's template dates its system
+// header with it) against coreutils date(1) in the same locale. Rendered
+// before and after date runs: when both renders agree, date saw that day too.
+TEST_F(ChatTemplateTest, StrftimeNowFormatsTheLocalTime) {
+  const ChatTemplate tmpl(WithTemplate(R"({{ strftime_now("%d %b %Y") }})", "<s>", "</s>"), *tok_);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const std::string before = tmpl.Render({{"user", "hi"}}, false);
+    std::string date;
+    FILE* p = popen("LC_ALL=C date '+%d %b %Y'", "r");
+    ASSERT_NE(p, nullptr);
+    char buf[64];
+    while (std::fgets(buf, sizeof buf, p)) date += buf;
+    pclose(p);
+    if (!date.empty() && date.back() == '\n') date.pop_back();
+    if (tmpl.Render({{"user", "hi"}}, false) != before) continue;  // midnight passed
+    EXPECT_EQ(before, date);
+    return;
+  }
+  FAIL() << "the date kept changing";
 }
 
 TEST_F(ChatTemplateTest, TemplateSyntaxErrorNamesFileAndLine) {

@@ -302,6 +302,78 @@ TEST_P(CpuOpsTest, MatMul) {
   }
 }
 
+// MatMulParams::bias (nn.Linear's bias, Qwen2's q/k/v): added to every row
+// after the product, on the row-major, panel and quantized kernels alike, with
+// and without accumulate.
+TEST_P(CpuOpsTest, MatMulAddsBiasToEveryRow) {
+  std::mt19937 rng(5);
+  for (const MatMulCase& c : {MatMulCase{1, 64, 64}, MatMulCase{5, 173, 192}, {17, 64, 33}}) {
+    for (int variant = 0; variant < 6; ++variant) {
+      const bool accumulate = variant & 1;
+      const int kind = variant / 2;  // 0 row-major, 1 prepared (panels), 2 int8
+      SCOPED_TRACE("rows " + std::to_string(c.rows) + " out " + std::to_string(c.out) + " kind " +
+                   std::to_string(kind) + (accumulate ? " accumulate" : ""));
+      const std::vector<float> x = RandomVector(rng, static_cast<size_t>(c.rows) * c.in);
+      std::vector<float> w = RandomVector(rng, static_cast<size_t>(c.out) * c.in);
+      const std::vector<float> bias = RandomVector(rng, static_cast<size_t>(c.out), -2.0f, 2.0f);
+      const std::vector<float> init = RandomVector(rng, static_cast<size_t>(c.rows) * c.out);
+      BackendBuffer d_x = Upload(be_, x);
+      BackendBuffer d_bias = Upload(be_, bias);
+      std::vector<uint8_t> codes(w.size());
+      std::vector<uint16_t> scales(static_cast<size_t>(c.out));
+      MatMulParams p;
+      p.w.out_features = c.out;
+      p.w.in_features = c.in;
+      BackendBuffer d_w, packed, d_codes, d_scales;
+      if (kind == 2) {  // symmetric int8, one group per row: w = scale * (code - 128)
+        for (int32_t o = 0; o < c.out; ++o) {
+          scales[o] = FloatToHalf(0.01f);
+          for (int32_t i = 0; i < c.in; ++i) {
+            const size_t k = static_cast<size_t>(o) * c.in + i;
+            codes[k] = static_cast<uint8_t>(128 + static_cast<int>(rng() % 201) - 100);
+            w[k] = HalfToFloat(scales[o]) * (static_cast<int>(codes[k]) - 128);
+          }
+        }
+        d_codes = Upload(be_, codes);
+        d_scales = Upload(be_, scales);
+        p.w.data = d_codes.data();
+        p.w.dtype = WeightDtype::kInt8;
+        p.w.scales = d_scales.as<const uint16_t>();
+        p.w.group_size = c.in;
+      } else {
+        d_w = Upload(be_, w);
+        p.w.data = d_w.data();
+        p.w.dtype = WeightDtype::kF32;
+        if (kind == 1) p.w = be_->PrepareWeight(p.w, &packed);
+      }
+      BackendBuffer d_out = accumulate ? GuardedCopy(be_, init)
+                                       : PoisonedOutput(be_, static_cast<size_t>(c.rows) * c.out);
+      p.x = d_x.as<float>();
+      p.out = d_out.as<float>();
+      p.rows = c.rows;
+      p.accumulate = accumulate;
+      p.bias = d_bias.as<float>();
+      be_->MatMul(p);
+      const std::vector<float> got = ReadGuarded(be_, d_out, static_cast<size_t>(c.rows) * c.out);
+      for (int32_t r = 0; r < c.rows; ++r) {
+        for (int32_t o = 0; o < c.out; ++o) {
+          double want = (accumulate ? init[static_cast<size_t>(r) * c.out + o] : 0.0) + bias[o];
+          double abs_sum = std::fabs(want);
+          for (int32_t i = 0; i < c.in; ++i) {
+            const double term = double{x[r * c.in + i]} * w[o * c.in + i];
+            want += term;
+            abs_sum += std::fabs(term);
+          }
+          // int8 kernels may round the activations (cpukern); dense is fp32 throughout.
+          const double tol = (kind == 2 ? 1e-2 : 1e-5) * abs_sum + 1e-30;
+          ASSERT_TRUE(Near(got[static_cast<size_t>(r) * c.out + o], want, tol))
+              << "row " << r << " col " << o;
+        }
+      }
+    }
+  }
+}
+
 // The split over output columns must not change any result bit: every thread
 // count gives the same output as one thread.
 // KNOWN FAILURE: a column's bits depend on whether it falls in a 4-column

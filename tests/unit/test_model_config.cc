@@ -198,7 +198,7 @@ TEST_F(ModelConfigTest, RejectsUnsupportedArchitecture) {
     EXPECT_EQ(std::string(e.what()),
               (dir_ / "config.json").string() +
                   ": unsupported architecture 'GPT2LMHeadModel' (supported: LlamaForCausalLM, "
-                  "MistralForCausalLM)");
+                  "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
   }
 }
 
@@ -257,6 +257,56 @@ TEST_F(ModelConfigTest, SlidingWindowCapsTheContext) {
   EXPECT_EQ(Load().MaxContext(), 2048);
   WriteConfig(R"(,"max_position_embeddings":2048,"sliding_window":null)");
   EXPECT_EQ(Load().MaxContext(), 2048);
+}
+
+// Qwen2 (Qwen/Qwen2.5-0.5B-Instruct's config.json fields): q/k/v biases, no
+// q/k norms; its sliding_window applies only with use_sliding_window.
+TEST_F(ModelConfigTest, Qwen2BiasesAndSlidingWindowFlag) {
+  const std::string qwen2 =
+      R"(,"architectures":["Qwen2ForCausalLM"],"model_type":"qwen2","max_position_embeddings":32768,)"
+      R"("max_window_layers":21,"sliding_window":32768,"rope_theta":1000000.0,"tie_word_embeddings":true)";
+  WriteConfig(qwen2 + R"(,"use_sliding_window":false)");
+  ModelConfig c = Load();
+  EXPECT_EQ(c.architecture, "Qwen2ForCausalLM");
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_EQ(c.sliding_window, 0);
+  EXPECT_EQ(c.MaxContext(), 32768);
+  const std::vector<LayerVectorTensor> v = LayerVectorTensors(c);
+  ASSERT_EQ(v.size(), 3u);
+  EXPECT_EQ(v[0].short_name, "self_attn.q_proj.bias");
+  EXPECT_EQ(v[0].size, 64);  // 4 heads x 16
+  EXPECT_EQ(v[2].short_name, "self_attn.v_proj.bias");
+  // use_sliding_window true: capped at the window like Mistral (exact up to it).
+  WriteConfig(R"(,"architectures":["Qwen2ForCausalLM"],"max_position_embeddings":32768,)"
+              R"("use_sliding_window":true,"sliding_window":4096)");
+  EXPECT_EQ(Load().MaxContext(), 4096);
+  // Without "architectures", model_type names it.
+  Write("config.json", R"({"model_type":"qwen2","hidden_size":64,"intermediate_size":128,)"
+                       R"("num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100})");
+  EXPECT_EQ(Load().architecture, "Qwen2ForCausalLM");
+  WriteConfig(qwen2 + R"(,"use_mrope":true)");
+  ExpectError("config.json", "unsupported use_mrope");
+}
+
+// Qwen3 (Qwen/Qwen3-0.6B's fields): explicit head_dim != hidden / heads,
+// per-head q/k norms, no biases.
+TEST_F(ModelConfigTest, Qwen3HeadDimAndQkNorm) {
+  WriteConfig(R"(,"architectures":["Qwen3ForCausalLM"],"head_dim":32,"attention_bias":false,)"
+              R"("use_sliding_window":false,"sliding_window":null,"max_window_layers":28)");
+  const ModelConfig c = Load();
+  EXPECT_EQ(c.head_dim, 32);  // hidden / heads would be 16
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.qkv_bias);
+  const std::vector<LayerVectorTensor> v = LayerVectorTensors(c);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[0].short_name, "self_attn.q_norm.weight");
+  EXPECT_EQ(v[1].short_name, "self_attn.k_norm.weight");
+  EXPECT_EQ(v[1].size, 32);
+  WriteConfig(R"(,"architectures":["Qwen3ForCausalLM"],"attention_bias":true)");
+  ExpectError("config.json", "unsupported attention_bias: true");
+  WriteConfig();
+  EXPECT_TRUE(LayerVectorTensors(Load()).empty());  // plain Llama
 }
 
 TEST_F(ModelConfigTest, ModelPathThatIsAFile) {

@@ -52,7 +52,9 @@ uint64_t CountParams(const ModelConfig& c) {
   const uint64_t h = c.hidden_size, q = uint64_t(c.num_attention_heads) * c.head_dim;
   const uint64_t kv = uint64_t(c.num_key_value_heads) * c.head_dim;
   const uint64_t i = c.intermediate_size, v = c.vocab_size;
-  const uint64_t layer = h + q * h + kv * h + kv * h + h * q + h + 3 * i * h;
+  const uint64_t layer = h + q * h + kv * h + kv * h + h * q + h + 3 * i * h +
+                         (c.qkv_bias ? q + 2 * kv : 0) +              // Qwen2 q/k/v biases
+                         (c.qk_norm ? 2 * uint64_t(c.head_dim) : 0);  // Qwen3 q/k norms
   return v * h + c.num_hidden_layers * layer + h + (c.tie_word_embeddings ? 0 : v * h);
 }
 
@@ -101,13 +103,82 @@ TEST_F(RandomModelTest, PresetsMatchPublishedParameterCounts) {
   EXPECT_LT(CountParams(tiny), 115'000'000u);
   EXPECT_EQ(tiny.head_dim, 64);
   EXPECT_EQ(tiny.vocab_size, 32000);
-  EXPECT_EQ(RandomModelPresetNames().size(), 3u);
+  EXPECT_EQ(RandomModelPresetNames().size(), 7u);
   try {
     RandomModelPreset("gpt-5");
     FAIL();
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("'gpt-5'"));
     EXPECT_THAT(e.what(), HasSubstr("llama2-7b"));
+  }
+}
+
+// The shapes of issue 15 against the parameter counts their model cards
+// publish (safetensors metadata of the HF repositories).
+TEST_F(RandomModelTest, CurrentModelPresetsMatchPublishedParameterCounts) {
+  const ModelConfig l = RandomModelPreset("llama3.2-1b");  // Llama-3.2-1B: 1,235,814,400
+  EXPECT_EQ(CountParams(l), 1235814400ull);
+  EXPECT_EQ(l.rope_scaling.type, "llama3");
+  EXPECT_DOUBLE_EQ(l.rope_scaling.factor, 32.0);
+  EXPECT_EQ(l.rope_scaling.original_max_position_embeddings, 8192);
+  const ModelConfig q2 = RandomModelPreset("qwen2.5-0.5b");  // Qwen2.5-0.5B: 494,032,768
+  EXPECT_EQ(CountParams(q2), 494032768ull);
+  EXPECT_EQ(q2.architecture, "Qwen2ForCausalLM");
+  EXPECT_TRUE(q2.qkv_bias);
+  const ModelConfig q3 = RandomModelPreset("qwen3-0.6b");  // Qwen3-0.6B: 596,049,920
+  EXPECT_EQ(CountParams(q3), 596049920ull);
+  EXPECT_EQ(q3.architecture, "Qwen3ForCausalLM");
+  EXPECT_TRUE(q3.qk_norm);
+  EXPECT_EQ(q3.head_dim, 128);
+  const ModelConfig s = RandomModelPreset("smollm2-135m");  // SmolLM2-135M: 134,515,008
+  EXPECT_EQ(CountParams(s), 134515008ull);
+  for (const ModelConfig* c : {&l, &q2, &q3, &s}) EXPECT_TRUE(c->tie_word_embeddings);
+}
+
+// A Qwen3 checkpoint at reduced size writes the config.json fields and
+// tensors that LoadModelFiles / LoadLlamaWeights read back, with q/k norms
+// drawn around 1; a tokenizer.json is copied with the tokenizer_config.json
+// beside it, and chat_template replaces the copied template.
+TEST_F(RandomModelTest, Qwen3WithTokenizerJsonAndChatTemplate) {
+  RandomModelSpec spec;
+  spec.config = RandomModelPreset("qwen3-0.6b");
+  spec.config.num_hidden_layers = 1;
+  spec.config.hidden_size = 64;
+  spec.config.intermediate_size = 64;
+  spec.config.vocab_size = 300;
+  spec.dtype = TensorDtype::kF32;
+  const fs::path src = dir_ / "src";
+  fs::create_directories(src);
+  std::ofstream(src / "tokenizer.json")
+      << R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []},)"
+         R"( "added_tokens": [{"id": 299, "content": "<|im_end|>"}]})";
+  std::ofstream(src / "tokenizer_config.json") << R"({"eos_token": "<|im_end|>", "x": 1})";
+  spec.tokenizer_json = (src / "tokenizer.json").string();
+  spec.chat_template = "{{ messages[0].content }}";
+  const fs::path out = dir_ / "out";
+  WriteRandomModel(out.string(), spec, "");
+  const ModelFiles mf = LoadModelFiles(out.string());
+  EXPECT_EQ(mf.config.architecture, "Qwen3ForCausalLM");
+  EXPECT_TRUE(mf.config.qk_norm);
+  EXPECT_EQ(mf.config.head_dim, 128);
+  EXPECT_EQ(mf.tokenizer.eos_token, "<|im_end|>");
+  EXPECT_EQ(mf.tokenizer.chat_template, "{{ messages[0].content }}");
+  EXPECT_EQ(fs::file_size(out / "tokenizer.json"), fs::file_size(src / "tokenizer.json"));
+  const SafetensorsCheckpoint ckpt(out.string());
+  const auto [mean, sd] = MeanStd(ckpt.Require("model.layers.0.self_attn.k_norm.weight", {128}));
+  EXPECT_NEAR(mean, 1.0, 0.1);
+  EXPECT_NEAR(sd, 0.2, 0.06);
+  HostBackend backend;
+  const LlamaWeights w = LoadLlamaWeights(out.string(), mf.config, &backend);
+  EXPECT_EQ(w.layers[0].q_norm.bytes(), 128u * 4);
+  EXPECT_EQ(w.total_bytes, CountParams(mf.config) * 4);
+  // A tokenizer.json with ids past the vocabulary does not fit.
+  spec.config.vocab_size = 299;
+  try {
+    WriteRandomModel(out.string(), spec, "");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("token id 299 does not fit vocab_size 299"));
   }
 }
 

@@ -53,10 +53,17 @@ class EmulatedAttentionBackend final : public Backend {
     cuda::LaunchSiluMul(p, nullptr);
   }
 
-  // int8/int4: fp16 activations, the weight-only GEMM, fp16 result widened
-  // (or added) into the fp32 output, as CudaBackend::QuantMatMul.
   void MatMul(const MatMulParams& p) override {
     CheckMatMul("cuda", p);
+    MatMulParams q = p;
+    q.bias = nullptr;
+    MatMulNoBias(q);
+    if (p.bias) cuda::LaunchAddBias(p.out, p.bias, p.rows, p.w.out_features, nullptr);
+  }
+
+  // int8/int4: fp16 activations, the weight-only GEMM, fp16 result widened
+  // (or added) into the fp32 output, as CudaBackend::QuantMatMul.
+  void MatMulNoBias(const MatMulParams& p) {
     const WeightView& w = p.w;
     if (w.dtype == WeightDtype::kF16 || w.dtype == WeightDtype::kBF16) {
       DenseHalfMatMul(p);
