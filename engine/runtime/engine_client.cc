@@ -44,6 +44,7 @@ EngineInfo DescribeEngine(const EngineOptions& options, const LoadedModel& m) {
   info.max_model_len = m.max_model_len;
   info.max_num_seqs = options.max_num_seqs;
   info.max_num_batched_tokens = options.max_num_batched_tokens;
+  info.enable_prefix_caching = options.enable_prefix_caching;
   info.vocab_size = m.files.config.vocab_size;
   info.max_logprobs = options.max_logprobs;
   info.ranks = DescribeRanks(m);
@@ -175,6 +176,8 @@ EngineClient::EngineClient(const EngineOptions& options, EngineObserver* observe
   config.block_size = s.info.block_size;
   config.num_blocks = s.info.num_kv_blocks;
   config.eos_token_ids = s.model.files.config.eos_token_ids;
+  config.enable_prefix_caching = options.enable_prefix_caching;
+  config.prefix_cache_seed = PrefixCacheSeed(s.info.kv_cache_dtype, s.model.kv_fingerprint);
   s.core = std::make_unique<EngineCore>(
       config, std::make_unique<LlamaModelRunner>(s.model.model.get(), s.model.cache.get()),
       observer);

@@ -51,6 +51,9 @@ bool EngineCore::Step() {
   ScheduleOutput scheduled = scheduler_.Schedule(Clock::now());
   if (observer_ != nullptr) {
     for (size_t i = 0; i < scheduled.preempted_ids.size(); ++i) observer_->OnPreemption();
+    if (scheduled.prefix_cache_queries > 0) {
+      observer_->OnPrefixCache(scheduled.prefix_cache_queries, scheduled.prefix_cache_hits);
+    }
   }
   if (scheduled.empty()) return false;
   const ModelOutput output = runner_->Execute(scheduled);
@@ -74,6 +77,8 @@ EngineStats EngineCore::Stats() const {
   s.num_running = scheduler_.num_running();
   s.num_waiting = scheduler_.num_waiting();
   s.kv_blocks_used = scheduler_.block_pool().num_used();
+  s.kv_blocks_cached = scheduler_.block_pool().num_cached();
+  s.kv_blocks_free = scheduler_.block_pool().num_uncached_free();
   s.num_steps = num_steps_;
   return s;
 }

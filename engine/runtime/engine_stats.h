@@ -34,6 +34,7 @@ struct EngineInfo {
   int32_t max_model_len = 0;
   int32_t max_num_seqs = 0;
   int32_t max_num_batched_tokens = 0;
+  bool enable_prefix_caching = false;
   int32_t vocab_size = 0;
   int32_t max_logprobs = 20;                   // EngineOptions::max_logprobs
   std::map<std::string, size_t> weight_bytes;  // by precision ("fp32", "fp16", "int4", ...)
@@ -56,7 +57,9 @@ struct EngineStats {
   bool draining = false;
   int32_t num_running = 0;
   int32_t num_waiting = 0;
-  int32_t kv_blocks_used = 0;
+  int32_t kv_blocks_used = 0;    // refcount > 0
+  int32_t kv_blocks_cached = 0;  // refcount 0, kept for prefix cache hits
+  int32_t kv_blocks_free = 0;    // neither (used + cached + free = num_kv_blocks)
   int64_t num_steps = 0;
 };
 
@@ -86,6 +89,10 @@ class EngineObserver {
   virtual void OnFirstToken(double /*ttft_seconds*/) {}
   /// Each later token: time since the request's previous token (ITL/TPOT).
   virtual void OnInterToken(double /*itl_seconds*/) {}
+  /// Prefix cache lookups of the requests admitted for the first time in a
+  /// step: prompt tokens queried and prompt tokens found cached (vLLM's
+  /// prefix_cache_queries / prefix_cache_hits). Not called when caching is off.
+  virtual void OnPrefixCache(int32_t /*queried_tokens*/, int32_t /*hit_tokens*/) {}
   /// A running sequence was preempted (blocks freed, recomputed later).
   virtual void OnPreemption() {}
   /// A request ended (any reason, aborts included).

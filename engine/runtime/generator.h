@@ -57,6 +57,9 @@ struct EngineOptions {
   bool cuda_graphs = false;
   // Most top logprobs a request may ask for per token (vLLM's --max-logprobs).
   int32_t max_logprobs = 20;
+  // Automatic prefix caching in the engine loop (--enable-prefix-caching,
+  // docs/engine.md "Prefix cache"); Generator runs one sequence and ignores it.
+  bool enable_prefix_caching = false;
 };
 
 /// Why generation stopped (OpenAI finish_reason): "stop" (EOS or a stop

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "engine/common/error.h"
+#include "engine/kv/block_hash.h"
 #include "engine/kv/kv_calibration.h"
 #include "engine/model/llama_weights.h"
 #include "engine/model/safetensors.h"
@@ -496,9 +497,13 @@ LoadedModel LoadModelImpl(const EngineOptions& options, bool with_tokenizer) {
   if (kernels::KvStoresPreRopeKeys(layout.dtype)) {
     if (!stats) stats = CalibrateKeys(m, options, nullptr);
     for (int r = 0; r < world; ++r) tq.push_back(RankCodecState(m, layout.dtype, *stats, r));
+    char mean_hex[17], scale_hex[17];
+    m.kv_fingerprint = std::string(FingerprintFloats(stats->mean, mean_hex)) +
+                       std::string(FingerprintFloats(stats->scale, scale_hex));
   } else if (options.kv_cache_dtype_auto) {
     m.kv_calibration_source.clear();  // the chosen format does not use the statistics
   }
+  m.kv_fingerprint += "/sink" + std::to_string(options.kv_sink_tokens);
   try {
     m.cache = MakeRankCaches(m, layout, tq, options.kv_sink_tokens);
   } catch (const std::bad_alloc&) {

@@ -43,6 +43,9 @@ struct LoadedModel {
   std::string kv_calibration_source;
   // What --kv-cache-dtype auto measured and chose (automatic false otherwise).
   KvDtypeChoice kv_dtype_choice;
+  // What besides the tokens decides the K/V a block holds (the tq key
+  // statistics' fingerprint, sink tokens): the prefix cache's extra key.
+  std::string kv_fingerprint;
   // Why --device auto runs on the CPU ("" otherwise); the CLI logs it once,
   // after its own checks, so that a start-up error stays one line.
   std::string device_note;

@@ -33,6 +33,7 @@ void EngineOutput::Merge(EngineOutput&& later) {
   }
   num_prompt_tokens = later.num_prompt_tokens;
   num_output_tokens = later.num_output_tokens;
+  num_cached_tokens = later.num_cached_tokens;
 }
 
 }  // namespace tq

@@ -60,6 +60,9 @@ struct EngineOutput {
   std::string error;              // finish == kError: what failed
   int32_t num_prompt_tokens = 0;  // usage.prompt_tokens
   int32_t num_output_tokens = 0;  // usage.completion_tokens so far (cumulative)
+  // usage.prompt_tokens_details.cached_tokens: prompt tokens whose K/V came
+  // from the prefix cache when the request was first admitted (0 before).
+  int32_t num_cached_tokens = 0;
 
   bool finished() const { return finish != FinishReason::kNone; }
   /// Appends a later delta of the same request (token ids, logprobs; the later

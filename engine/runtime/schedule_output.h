@@ -45,6 +45,10 @@ struct ScheduleOutput {
   std::vector<SeqId> finished_ids;           // ended since the last step: drop their state
   std::vector<SeqId> preempted_ids;          // preempted this step (blocks freed)
   int32_t num_batched_tokens = 0;
+  // Prefix cache lookups of requests admitted for the first time in this
+  // step (metrics, vLLM's meaning): prompt tokens queried and found cached.
+  int32_t prefix_cache_queries = 0;
+  int32_t prefix_cache_hits = 0;
 
   bool empty() const { return sequences.empty(); }
 };

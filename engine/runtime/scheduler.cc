@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstdio>
+#include <cstdlib>
+#include <span>
 
 namespace tq {
 namespace {
@@ -20,6 +23,12 @@ struct Scheduler::Sequence {
   int32_t num_computed = 0;     // positions whose K/V are cached
   int32_t num_prompt_seen = 0;  // prompt tokens ever computed (survives preemption)
   BlockTable table;
+  // Prefix cache: hashes of the full blocks of `tokens` (extended as tokens
+  // come), how many table blocks are registered or attached from the cache,
+  // and the prompt tokens found cached at first admission (-1: not admitted).
+  std::vector<BlockHash> block_hashes;
+  int32_t num_hashed_blocks = 0;
+  int32_t num_cached_tokens = -1;
   bool known_to_runner = false;
   // Timings for metrics.
   Clock::time_point arrival, first_scheduled, first_token, last_token;
@@ -105,6 +114,7 @@ std::optional<RequestUpdate> Scheduler::Abort(const std::string& request_id, Clo
   update.output.finish = reason;
   update.output.num_prompt_tokens = seq->num_prompt;
   update.output.num_output_tokens = seq->num_output();
+  update.output.num_cached_tokens = std::max(0, seq->num_cached_tokens);
   update.finished = Finish(seq, reason, now);
   return update;
 }
@@ -113,6 +123,7 @@ void Scheduler::Preempt(Sequence* seq, ScheduleOutput& out) {
   // Recompute later: the K/V of prompt + output so far are dropped.
   seq->table.Release(pool_);
   seq->num_computed = 0;
+  seq->num_hashed_blocks = 0;
   std::erase(running_, seq);
   InsertSorted(waiting_, seq);
   out.preempted_ids.push_back(seq->id);
@@ -134,6 +145,8 @@ void Scheduler::ScheduleChunk(Sequence* seq, int32_t num_tokens, ScheduleOutput&
     seq->scheduled_once = true;
     seq->first_scheduled = now;
   }
+  CheckWritable(seq, seq->num_computed, seq->num_computed + num_tokens);
+  RegisterFullBlocks(seq, seq->num_computed + num_tokens);
   ScheduledSequence s;
   s.seq_id = seq->id;
   s.start_position = seq->num_computed;
@@ -179,12 +192,8 @@ ScheduleOutput Scheduler::Schedule(Clock::time_point now) {
   if (out.preempted_ids.empty()) {
     while (!waiting_.empty() && budget > 0 &&
            static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
-      Sequence* seq = waiting_.front();
-      const int32_t n = std::min(seq->num_tokens() - seq->num_computed, budget);
-      if (!seq->table.EnsureCapacity(pool_, seq->num_computed + n)) break;
-      waiting_.erase(waiting_.begin());
-      running_.push_back(seq);
-      ScheduleChunk(seq, n, out, now);
+      int32_t n = 0;
+      if (!Admit(waiting_.front(), budget, out, now, &n)) break;
       budget -= n;
     }
     // Keep the priority order for the next step (admitted ones may outrank).
@@ -192,6 +201,111 @@ ScheduleOutput Scheduler::Schedule(Clock::time_point now) {
                      [](const Sequence* a, const Sequence* b) { return a->Before(*b); });
   }
   return out;
+}
+
+std::vector<int32_t> Scheduler::FindCachedPrefix(Sequence* seq) {
+  std::vector<int32_t> hits;
+  if (!config_.enable_prefix_caching || seq->request.prompt_logprobs || seq->num_computed != 0) {
+    return hits;
+  }
+  const int32_t bs = config_.block_size;
+  const std::span<const int32_t> tokens(seq->tokens);
+  ExtendBlockHashes(config_.prefix_cache_seed, tokens, bs, &seq->block_hashes);
+  const int32_t max_blocks = (seq->num_tokens() - 1) / bs;  // the last token is computed
+  for (int32_t i = 0; i < max_blocks; ++i) {
+    const int32_t b = pool_.Lookup(seq->block_hashes[i], tokens.subspan(i * bs, bs));
+    if (b < 0) break;
+    hits.push_back(b);
+  }
+  return hits;
+}
+
+bool Scheduler::Admit(Sequence* seq, int32_t budget, ScheduleOutput& out, Clock::time_point now,
+                      int32_t* scheduled) {
+  const std::vector<int32_t> hits = FindCachedPrefix(seq);
+  const int32_t bs = config_.block_size;
+  const int32_t start = static_cast<int32_t>(hits.size()) * bs;
+  const int32_t n = std::min(seq->num_tokens() - std::max(start, seq->num_computed), budget);
+  // Reviving a cached hit takes it out of the free capacity.
+  const auto revived = static_cast<int32_t>(
+      std::count_if(hits.begin(), hits.end(), [&](int32_t b) { return pool_.ref_count(b) == 0; }));
+  const int32_t end = std::max(start, seq->num_computed) + n;
+  const int32_t needed =
+      (end + bs - 1) / bs - static_cast<int32_t>(seq->table.blocks().size() + hits.size());
+  if (needed > pool_.num_free() - revived) return false;
+  for (int32_t b : hits) {
+    pool_.Retain(b);
+    seq->table.AppendShared(b);
+  }
+  if (!hits.empty()) {
+    seq->num_computed = start;
+    seq->num_hashed_blocks = static_cast<int32_t>(hits.size());
+  }
+  if (seq->num_cached_tokens < 0) {
+    seq->num_cached_tokens = std::min(start, seq->num_prompt);
+    if (config_.enable_prefix_caching && !seq->request.prompt_logprobs) {
+      out.prefix_cache_queries += seq->num_prompt;
+      out.prefix_cache_hits += seq->num_cached_tokens;
+    }
+  }
+  if (!seq->table.EnsureCapacity(pool_, end)) {
+    std::fprintf(stderr, "Scheduler::Admit: blocks counted free could not be allocated\n");
+    std::abort();
+  }
+  waiting_.erase(std::find(waiting_.begin(), waiting_.end(), seq));
+  running_.push_back(seq);
+  ScheduleChunk(seq, n, out, now);
+  *scheduled = n;
+  return true;
+}
+
+void Scheduler::CheckWritable(const Sequence* seq, int32_t from, int32_t to) const {
+  const int32_t bs = config_.block_size;
+  for (int32_t i = from / bs; i < (to + bs - 1) / bs; ++i) {
+    const int32_t b = seq->table.blocks().at(i);
+    if (pool_.ref_count(b) != 1 || pool_.is_registered(b)) {
+      std::fprintf(stderr,
+                   "Scheduler: sequence %lld would write shared or cached block %d (refcount %d)\n",
+                   static_cast<long long>(seq->id), b, pool_.ref_count(b));
+      std::abort();
+    }
+  }
+}
+
+void Scheduler::RegisterFullBlocks(Sequence* seq, int32_t end) {
+  if (!config_.enable_prefix_caching) return;
+  const int32_t bs = config_.block_size;
+  const std::span<const int32_t> tokens = std::span<const int32_t>(seq->tokens).first(end);
+  ExtendBlockHashes(config_.prefix_cache_seed, tokens, bs, &seq->block_hashes);
+  for (int32_t i = seq->num_hashed_blocks; i < end / bs; ++i) {
+    // A block whose hash another block holds already stays unregistered
+    // (freed, not cached, at refcount 0): the table keeps the first copy.
+    pool_.Register(seq->table.blocks()[i], seq->block_hashes[i], tokens.subspan(i * bs, bs));
+  }
+  seq->num_hashed_blocks = std::max(seq->num_hashed_blocks, end / bs);
+}
+
+std::string Scheduler::CheckBlockAccounting() const {
+  std::string err = pool_.CheckInvariants();
+  if (!err.empty()) return err;
+  std::vector<int32_t> refs(pool_.num_blocks(), 0);
+  for (const auto& [id, seq] : seqs_) {
+    for (int32_t b : seq->table.blocks()) {
+      if (b < 0 || b >= pool_.num_blocks()) return "a block table holds an out-of-range block";
+      ++refs[b];
+    }
+    if (std::find(waiting_.begin(), waiting_.end(), seq.get()) != waiting_.end() &&
+        !seq->table.blocks().empty()) {
+      return "waiting request " + seq->request.request_id + " holds blocks";
+    }
+  }
+  for (int32_t b = 0; b < pool_.num_blocks(); ++b) {
+    if (refs[b] != pool_.ref_count(b)) {
+      return "block " + std::to_string(b) + " has refcount " + std::to_string(pool_.ref_count(b)) +
+             " but is in " + std::to_string(refs[b]) + " block tables";
+    }
+  }
+  return "";
 }
 
 std::vector<RequestUpdate> Scheduler::Update(const ScheduleOutput& scheduled,
@@ -237,6 +351,7 @@ std::vector<RequestUpdate> Scheduler::Update(const ScheduleOutput& scheduled,
     }
     u.output.num_prompt_tokens = seq->num_prompt;
     u.output.num_output_tokens = seq->num_output();
+    u.output.num_cached_tokens = std::max(0, seq->num_cached_tokens);
     if (finish != FinishReason::kNone) {
       u.output.finish = finish;
       u.finished = Finish(seq, finish, now);

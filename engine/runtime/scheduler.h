@@ -25,6 +25,11 @@ struct SchedulerConfig {
   int32_t block_size = 16;               // tokens per KV block
   int32_t num_blocks = 0;                // KV blocks in the pool
   std::vector<int32_t> eos_token_ids;
+  // Automatic prefix caching (docs/engine.md "Prefix cache"): full blocks are
+  // registered under a hash chained from prefix_cache_seed (PrefixCacheSeed:
+  // KV dtype + calibration fingerprint) and reused by later prompts.
+  bool enable_prefix_caching = false;
+  BlockHash prefix_cache_seed = 0;
 };
 
 /// What changed for one request in a step (or on abort): the output delta
@@ -49,6 +54,17 @@ struct RequestUpdate {
 /// waiting queue to be recomputed (prompt + output so far); no sequence is
 /// admitted in a step that preempted. Order is (priority, arrival): lower
 /// priority values first, then first-come first-served.
+///
+/// Prefix caching (config.enable_prefix_caching): a block is registered in
+/// the pool's hash table when the step that computes its last position is
+/// planned (so a sequence admitted later in the same step, such as the
+/// second of n choices, already finds it: the forward pass writes a layer's
+/// K/V before any attention of that layer reads them). At admission (first,
+/// or again after preemption) the longest run of the sequence's full blocks
+/// found in the table is attached (refcount + 1) and computation starts
+/// after it; at least the last token is always computed. Requests with
+/// prompt logprobs skip the lookup (they need the logits of every prompt
+/// position). Free capacity counts cached blocks (BlockPool::num_free).
 ///
 /// Thread ownership: the engine thread only. Running out of blocks is a normal
 /// outcome; a request that can never fit is refused before it gets here.
@@ -80,6 +96,11 @@ class Scheduler {
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   const BlockPool& block_pool() const { return pool_; }
+  /// Walks every block table and the pool: each block's refcount equals the
+  /// number of tables holding it, waiting sequences hold no blocks, and
+  /// BlockPool::CheckInvariants holds. Returns "" when all hold, else what is
+  /// wrong (tests call it after each step).
+  std::string CheckBlockAccounting() const;
   const SchedulerConfig& config() const { return config_; }
   /// Request ids of live (waiting or running) requests.
   std::vector<std::string> LiveRequestIds() const;
@@ -94,6 +115,18 @@ class Scheduler {
   void InsertSorted(std::vector<Sequence*>& queue, Sequence* seq);
   void Preempt(Sequence* seq, ScheduleOutput& out);
   void ScheduleChunk(Sequence* seq, int32_t num_tokens, ScheduleOutput& out, Clock::time_point now);
+  // The longest run of seq's full blocks in the prefix cache, leaving at least
+  // its last token to compute (empty when caching is off or not allowed).
+  std::vector<int32_t> FindCachedPrefix(Sequence* seq);
+  // Admits waiting_.front() with up to `budget` tokens, attaching its cached
+  // prefix; false (nothing changed) when its blocks do not fit.
+  bool Admit(Sequence* seq, int32_t budget, ScheduleOutput& out, Clock::time_point now,
+             int32_t* scheduled);
+  // Aborts unless every block that positions [from, to) of seq write is its
+  // own (refcount 1) and unregistered: a shared block is never written again.
+  void CheckWritable(const Sequence* seq, int32_t from, int32_t to) const;
+  // Registers seq's blocks that are full once positions [0, end) are computed.
+  void RegisterFullBlocks(Sequence* seq, int32_t end);
   // Ends a sequence: frees its blocks and removes it from every queue.
   FinishedRequestStats Finish(Sequence* seq, FinishReason reason, Clock::time_point now);
 

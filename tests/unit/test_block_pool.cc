@@ -227,18 +227,18 @@ TEST(BlockTableTest, SlotValuesFollowBlockIds) {
   ASSERT_TRUE(c.EnsureCapacity(pool, 1));   // block 4
   ASSERT_EQ(a.blocks(), (Blocks{0, 3}));
   ASSERT_EQ(b.blocks(), (Blocks{1, 2}));
-  b.Release(pool);                          // frees 1 then 2: 2 is on top
-  ASSERT_TRUE(a.EnsureCapacity(pool, 40));  // block 2 (most recently freed)
-  ASSERT_EQ(a.blocks(), (Blocks{0, 3, 2}));
+  b.Release(pool);                          // last block first: frees 2 then 1
+  ASSERT_TRUE(a.EnsureCapacity(pool, 40));  // block 1 (most recently freed)
+  ASSERT_EQ(a.blocks(), (Blocks{0, 3, 1}));
 
   EXPECT_EQ(a.Slot(0), 0);
   EXPECT_EQ(a.Slot(15), 15);
   EXPECT_EQ(a.Slot(16), 3 * 16 + 0);
   EXPECT_EQ(a.Slot(17), 3 * 16 + 1);
   EXPECT_EQ(a.Slot(31), 3 * 16 + 15);
-  EXPECT_EQ(a.Slot(32), 2 * 16 + 0);
-  EXPECT_EQ(a.Slot(39), 2 * 16 + 7);
-  EXPECT_EQ(a.Slot(47), 2 * 16 + 15);
+  EXPECT_EQ(a.Slot(32), 1 * 16 + 0);
+  EXPECT_EQ(a.Slot(39), 1 * 16 + 7);
+  EXPECT_EQ(a.Slot(47), 1 * 16 + 15);
   EXPECT_EQ(c.Slot(0), 4 * 16);
 
   // Every position of a table maps to a distinct slot inside its own block.

@@ -1,146 +1,19 @@
 // The scheduler's plan step by step, against tables worked out by hand from
 // the token-budget rule (DESIGN.md "Data flow"), with a fake model runner
 // whose next token depends only on the sequence's tokens so far (so a
-// recomputed sequence must continue exactly as an uninterrupted one).
+// recomputed sequence must continue exactly as an uninterrupted one;
+// scheduler_harness.h). Prefix caching is off here (test_prefix_cache.cc).
 #include <gtest/gtest.h>
 
-#include <map>
-#include <numeric>
 #include <string>
 #include <vector>
 
-#include "engine/runtime/scheduler.h"
+#include "tests/unit/scheduler_harness.h"
 
 namespace tq {
 namespace {
 
-constexpr int32_t kVocab = 1000;
-constexpr int32_t kEos = 2;
-
-// Next token = (sum of all tokens so far * 7 + length) mod kVocab, avoiding
-// EOS unless a test asks for it: a pure function of the context.
-int32_t NextToken(const std::vector<int32_t>& context) {
-  const int64_t sum = std::accumulate(context.begin(), context.end(), int64_t{0});
-  int32_t t = static_cast<int32_t>((sum * 7 + static_cast<int64_t>(context.size())) % kVocab);
-  return t == kEos ? t + 1 : t;
-}
-
-// Plays the runner: keeps each sequence's context from new_requests and the
-// chunks it is given, checks chunks are contiguous, samples NextToken.
-class FakeRunner {
- public:
-  ModelOutput Execute(const ScheduleOutput& s) {
-    for (SeqId id : s.finished_ids) prompts_.erase(id);
-    for (const NewRequestData& d : s.new_requests) prompts_[d.seq_id] = d.prompt_ids;
-    ModelOutput out;
-    for (const ScheduledSequence& seq : s.sequences) {
-      std::vector<int32_t>& ctx = computed_[seq.seq_id];
-      if (seq.start_position == 0) ctx.clear();  // (re)computation from the start
-      EXPECT_EQ(static_cast<int32_t>(ctx.size()), seq.start_position) << "chunk not contiguous";
-      ctx.insert(ctx.end(), seq.token_ids.begin(), seq.token_ids.end());
-      SequenceResult r;
-      if (seq.sample) {
-        r.token = forced_.count(seq.seq_id) ? forced_[seq.seq_id] : NextToken(ctx);
-        forced_.erase(seq.seq_id);
-      }
-      out.results.push_back(r);
-    }
-    return out;
-  }
-  void ForceNext(SeqId id, int32_t token) { forced_[id] = token; }
-
- private:
-  std::map<SeqId, std::vector<int32_t>> prompts_, computed_;
-  std::map<SeqId, int32_t> forced_;
-};
-
-EngineRequest Request(const std::string& id, int32_t prompt_len, int32_t max_tokens,
-                      int32_t priority = 0) {
-  EngineRequest r;
-  r.request_id = id;
-  for (int32_t i = 0; i < prompt_len; ++i) r.prompt_ids.push_back(10 + i);
-  r.sampling.temperature = 0;
-  r.sampling.max_tokens = max_tokens;
-  r.priority = priority;
-  return r;
-}
-
-// One row of an expected-state table: what runs ("A8" = A with 8 tokens, a
-// trailing "s" when it samples), queue sizes and KV blocks in use after it.
-struct Expected {
-  std::vector<std::string> planned;
-  int32_t running, waiting, blocks_used;
-  std::vector<std::string> preempted = {};
-};
-
-class SchedulerHarness {
- public:
-  explicit SchedulerHarness(const SchedulerConfig& config) : sched_(config) {}
-
-  SeqId Add(EngineRequest r) {
-    const std::string id = r.request_id;
-    const SeqId seq = sched_.AddRequest(std::move(r), Scheduler::Clock::now());
-    names_[seq] = id;
-    return seq;
-  }
-
-  // Runs one step and checks it against `e`.
-  void Step(const Expected& e, int step) {
-    ScheduleOutput s = sched_.Schedule(Scheduler::Clock::now());
-    std::vector<std::string> planned;
-    for (const ScheduledSequence& q : s.sequences) {
-      planned.push_back(names_[q.seq_id] + std::to_string(q.token_ids.size()) +
-                        (q.sample ? "s" : ""));
-    }
-    std::vector<std::string> preempted;
-    for (SeqId id : s.preempted_ids) preempted.push_back(names_[id]);
-    EXPECT_EQ(planned, e.planned) << "step " << step;
-    EXPECT_EQ(preempted, e.preempted) << "step " << step;
-    EXPECT_LE(s.num_batched_tokens, sched_.config().max_num_batched_tokens);
-    const ModelOutput out = runner_.Execute(s);
-    for (RequestUpdate& u : sched_.Update(s, out, Scheduler::Clock::now())) {
-      auto& o = outputs_[u.request_id];
-      o.insert(o.end(), u.output.token_ids.begin(), u.output.token_ids.end());
-      if (u.output.finished()) finish_[u.request_id] = u.output.finish;
-    }
-    EXPECT_EQ(sched_.num_running(), e.running) << "step " << step;
-    EXPECT_EQ(sched_.num_waiting(), e.waiting) << "step " << step;
-    EXPECT_EQ(sched_.block_pool().num_used(), e.blocks_used) << "step " << step;
-  }
-  void Run(const std::vector<Expected>& table) {
-    for (size_t i = 0; i < table.size(); ++i) Step(table[i], static_cast<int>(i + 1));
-  }
-
-  Scheduler sched_;
-  FakeRunner runner_;
-  std::map<SeqId, std::string> names_;
-  std::map<std::string, std::vector<int32_t>> outputs_;
-  std::map<std::string, FinishReason> finish_;
-};
-
-SchedulerConfig Config(int32_t budget, int32_t max_seqs, int32_t num_blocks, int32_t block_size = 4,
-                       int32_t max_model_len = 64) {
-  SchedulerConfig c;
-  c.max_num_batched_tokens = budget;
-  c.max_num_seqs = max_seqs;
-  c.num_blocks = num_blocks;
-  c.block_size = block_size;
-  c.max_model_len = max_model_len;
-  c.eos_token_ids = {kEos};
-  return c;
-}
-
-// The tokens an uninterrupted sequence would produce (the oracle for outputs).
-std::vector<int32_t> Expect(int32_t prompt_len, int32_t n) {
-  std::vector<int32_t> ctx;
-  for (int32_t i = 0; i < prompt_len; ++i) ctx.push_back(10 + i);
-  std::vector<int32_t> out;
-  for (int32_t i = 0; i < n; ++i) {
-    out.push_back(NextToken(ctx));
-    ctx.push_back(out.back());
-  }
-  return out;
-}
+using namespace testing_harness;
 
 TEST(Scheduler, AdmissionChunkingAndFinish) {
   // Budget 8 tokens, 2 sequences at most, 4-token blocks.
