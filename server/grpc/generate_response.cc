@@ -2,30 +2,15 @@
 #include "server/grpc/generate_response.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <span>
 #include <string_view>
 
 namespace tq::grpc_api {
 
 std::string TokenBytes(const Tokenizer& tokenizer, int32_t token) {
-  const std::string piece = tokenizer.IdToPiece(token);
-  unsigned byte = 0;
-  if (piece.size() == 6 && piece.compare(0, 3, "<0x") == 0 && piece[5] == '>' &&
-      std::sscanf(piece.c_str() + 3, "%2x", &byte) == 1) {
-    return std::string(1, static_cast<char>(byte));
-  }
-  static constexpr std::string_view kSpaceMark = "\xe2\x96\x81";  // U+2581
-  std::string out;
-  for (size_t i = 0; i < piece.size();) {
-    if (piece.compare(i, kSpaceMark.size(), kSpaceMark) == 0) {
-      out += ' ';
-      i += kSpaceMark.size();
-    } else {
-      out += piece[i++];
-    }
-  }
-  return out;
+  std::string bytes = tokenizer.TokenBytes(token);
+  // Control tokens (BOS/EOS) and <unk> carry no text: their piece names them.
+  return bytes.empty() ? tokenizer.IdToPiece(token) : bytes;
 }
 
 GenerateResponder::GenerateResponder(const Tokenizer& tokenizer, std::string id,

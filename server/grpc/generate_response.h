@@ -15,9 +15,10 @@
 
 namespace tq::grpc_api {
 
-/// The text of one token as bytes for TokenLogprob.token: the SentencePiece
-/// piece with "▁" (U+2581) as a space, a byte-fallback piece "<0xNN>" as that
-/// byte; "" for an id outside the vocabulary.
+/// The text of one token as bytes for TokenLogprob.token: Tokenizer::TokenBytes
+/// (the SentencePiece piece with "▁" (U+2581) as a space, a byte-fallback piece
+/// "<0xNN>" as that byte), the piece itself for control tokens and <unk>; ""
+/// for an id outside the vocabulary.
 std::string TokenBytes(const Tokenizer& tokenizer, int32_t token);
 
 /// Builds the messages of one Generate stream from a RequestSession's

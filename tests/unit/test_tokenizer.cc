@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -158,6 +159,52 @@ TEST(Tokenizer, ByteFallbackPiecesDecodeToUtf8) {
   // Incomplete sequences become U+FFFD, one per byte, as sentencepiece does.
   EXPECT_EQ(tok->Decode(bytes({0xE4, 0xB8})), "\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_EQ(tok->Decode(tok->Encode("naïve café 中文 😀")), "naïve café 中文 😀");
+}
+
+// TokenBytes against sentencepiece's own decoder: a piece's mid-text bytes are
+// what Decode gives behind the anchor piece (which keeps the leading space).
+TEST(Tokenizer, TokenBytesMatchSentencepieceDecodeMidText) {
+  auto tok = LoadBundled();
+  const int32_t anchor = tok->anchor_id();
+  ASSERT_GE(anchor, 0);
+  const std::string anchor_text = tok->IdToPiece(anchor);
+  int checked = 0;
+  for (int32_t id = 0; id < tok->vocab_size(); ++id) {
+    const std::string piece = tok->IdToPiece(id);
+    if (id <= kEos) continue;                                     // <unk>, <s>, </s>: below
+    if (piece.size() == 6 && piece.starts_with("<0x")) continue;  // bytes: next test
+    const Ids two = {anchor, id};
+    const std::string text = tok->Decode(two);
+    ASSERT_TRUE(text.starts_with(anchor_text)) << id;
+    EXPECT_EQ(tok->TokenBytes(id), text.substr(anchor_text.size())) << "id " << id << " " << piece;
+    ++checked;
+  }
+  EXPECT_GT(checked, 200);
+  EXPECT_EQ(tok->TokenBytes(403), " Once");
+  EXPECT_EQ(tok->TokenBytes(kBos), "");
+  EXPECT_EQ(tok->TokenBytes(kEos), "");
+  EXPECT_EQ(tok->TokenBytes(0), "");  // <unk>: not text (Decode renders it " ⁇ ")
+  EXPECT_EQ(tok->TokenBytes(-1), "");
+  EXPECT_EQ(tok->TokenBytes(512), "");
+}
+
+TEST(Tokenizer, TokenBytesOfByteFallbackPiecesAreSingleBytes) {
+  auto tok = LoadBundled();
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    ASSERT_EQ(tok->IdToPiece(b + 3), name);
+    EXPECT_EQ(tok->TokenBytes(b + 3), std::string(1, static_cast<char>(b))) << name;
+  }
+  // Concatenated TokenBytes of an encoding are the text with SentencePiece's
+  // dummy-prefix space in front (Decode drops it at the start of text).
+  for (const std::string text :
+       {"Once upon a time", "na\xC3\xAFve caf\xC3\xA9 \xE4\xB8\xAD\xE6\x96\x87 \xF0\x9F\x98\x80",
+        "a  b\n\nc"}) {
+    std::string bytes;
+    for (int32_t id : tok->Encode(text, false)) bytes += tok->TokenBytes(id);
+    EXPECT_EQ(bytes, " " + tok->Decode(tok->Encode(text, false))) << text;
+  }
 }
 
 TEST(Tokenizer, MissingModelIsAnError) {

@@ -34,6 +34,9 @@ class SentencePieceProcessor {
   util::Status Decode(const std::vector<int>&, std::string*) const { return {}; }
   int GetPieceSize() const { return 0; }
   bool IsControl(int) const { return false; }
+  bool IsUnknown(int) const { return false; }
+  bool IsUnused(int) const { return false; }
+  bool IsByte(int) const { return false; }
   std::string IdToPiece(int) const { return ""; }
   int bos_id() const { return -1; }
   int eos_id() const { return -1; }
