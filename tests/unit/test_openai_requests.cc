@@ -117,7 +117,8 @@ TEST(OpenAiCompletionRequest, EachInvalidFieldIs400NamingIt) {
 
 TEST(OpenAiCompletionRequest, StopListLimitAndChoiceLimit) {
   json body = {{"prompt", "x"}, {"stop", json::array()}};
-  for (size_t i = 0; i <= guard::kMaxStopStrings; ++i) body["stop"].push_back("s" + std::to_string(i));
+  for (size_t i = 0; i <= guard::kMaxStopStrings; ++i)
+    body["stop"].push_back("s" + std::to_string(i));
   EXPECT_EQ(ErrorOf([&] { ParseCompletionRequest(body, Ctx()); }).param, "stop");
   // 10 prompts x n = 128 is 1280 choices, over the 1024 limit.
   json many = {{"prompt", json::array()}, {"n", 128}};
