@@ -304,7 +304,9 @@ KeyChannelStats ChooseKvDtypeAtStartup(LoadedModel& m, const EngineOptions& opti
   // first token (BOS when the tokenizer adds one): the built-in held-out text
   // (the statistics then come from the whole calibration text, as for an
   // explicit tq dtype), or the tail of a --kv-calibration-text file.
-  const int32_t max_held = std::min(kMaxHeldOutTokens, m.files.config.MaxContext() - 1);
+  // Bounded by --max-model-len, not the model's context: the tq codec's RoPE
+  // table holds max_model_len positions (a longer held-out text read past it).
+  const int32_t max_held = std::min(kMaxHeldOutTokens, m.max_model_len - 1);
   std::vector<int32_t> held_out = {tokens.front()};
   if (options.kv_calibration_text.empty()) {
     const std::vector<int32_t> text = m.tokenizer->Encode(BuiltinHeldOutText(), false);
