@@ -331,6 +331,9 @@ ModelFiles LoadModelFiles(const std::string& dir) {
     mf.tokenizer.add_eos_token = f.Bool("add_eos_token", false);
     mf.tokenizer.bos_token = ParseSpecialToken(f, "bos_token");
     mf.tokenizer.eos_token = ParseSpecialToken(f, "eos_token");
+    if (j.contains("tokenizer_class") && j["tokenizer_class"].is_string()) {
+      mf.tokenizer.tokenizer_class = j["tokenizer_class"].get<std::string>();
+    }
     if (j.contains("chat_template")) {
       mf.tokenizer.chat_template = ParseChatTemplate(j["chat_template"], f.file());
     }

@@ -81,6 +81,10 @@ struct GenerationDefaults {
 struct TokenizerSettings {
   bool add_bos_token = true;
   bool add_eos_token = false;
+  // transformers' tokenizer class ("LlamaTokenizerFast", "Qwen2Tokenizer");
+  // empty when absent. The Llama classes take add_bos/eos_token over the
+  // tokenizer.json post-processor (engine/tokenizer/hf_tokenizer.h).
+  std::string tokenizer_class;
   std::string chat_template;  // Jinja source, empty when absent
   // Special-token strings ("<s>", "<|begin_of_text|>"), the chat template's
   // bos_token/eos_token; empty when absent.

@@ -5,6 +5,7 @@
 #include <system_error>
 
 #include "engine/common/error.h"
+#include "engine/tokenizer/hf_tokenizer.h"
 #include "engine/tokenizer/sentencepiece_tokenizer.h"
 
 namespace tq {
@@ -17,9 +18,8 @@ std::unique_ptr<Tokenizer> Tokenizer::Load(const std::string& model_dir,
   const std::string sp_path = (dir / "tokenizer.model").string();
   const std::string json_path = (dir / "tokenizer.json").string();
   std::error_code ec;
-  if (!fs::is_regular_file(sp_path, ec) && fs::is_regular_file(json_path, ec)) {
-    throw Error(json_path + ": tokenizer.json is not supported yet (only tokenizer.model)");
-  }
+  // tokenizer.json wins, as in transformers' fast tokenizers.
+  if (fs::is_regular_file(json_path, ec)) return LoadTokenizerJson(json_path, settings);
   return SentencePieceTokenizer::Load(sp_path, settings);
 }
 

@@ -3,9 +3,9 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <random>
 
+#include "engine/tokenizer/utf8.h"
 #include "server/http/openai_errors.h"
 
 namespace tq::http {
@@ -60,27 +60,18 @@ int64_t UnixSeconds() {
 }
 
 TokenText TokenTextOf(const Tokenizer& tokenizer, int32_t token) {
-  const std::string piece = tokenizer.IdToPiece(token);
   TokenText out;
-  unsigned byte = 0;
-  if (piece.size() == 6 && piece.compare(0, 3, "<0x") == 0 && piece[5] == '>' &&
-      std::sscanf(piece.c_str() + 3, "%2x", &byte) == 1) {
-    static constexpr char kHex[] = "0123456789abcdef";
-    out.text = byte < 0x80 ? std::string(1, static_cast<char>(byte))
-                           : std::string("bytes:\\x") + kHex[byte >> 4] + kHex[byte & 15];
-    out.bytes = {static_cast<uint8_t>(byte)};
+  std::string bytes = tokenizer.TokenBytes(token);
+  // Control tokens (BOS/EOS) and <unk> carry no text: their piece names them.
+  if (bytes.empty()) bytes = tokenizer.IdToPiece(token);
+  out.bytes.assign(bytes.begin(), bytes.end());
+  if (utf8::Valid(bytes)) {
+    out.text = std::move(bytes);
     return out;
   }
-  static constexpr std::string_view kSpaceMark = "\xe2\x96\x81";  // U+2581 "▁"
-  for (size_t i = 0; i < piece.size();) {
-    if (piece.compare(i, kSpaceMark.size(), kSpaceMark) == 0) {
-      out.text += ' ';
-      i += kSpaceMark.size();
-    } else {
-      out.text += piece[i++];
-    }
-  }
-  out.bytes.assign(out.text.begin(), out.text.end());
+  static constexpr char kHex[] = "0123456789abcdef";
+  out.text = "bytes:";
+  for (unsigned char b : bytes) out.text += std::string("\\x") + kHex[b >> 4] + kHex[b & 15];
   return out;
 }
 

@@ -27,10 +27,12 @@ std::string NewResponseId(std::string_view prefix);
 /// Seconds since the Unix epoch (OpenAI `created`).
 int64_t UnixSeconds();
 
-/// A token as OpenAI's logprobs show it: the SentencePiece piece with "▁"
-/// turned into a space (" time"); a byte-fallback piece <0xNN> is its byte
-/// when ASCII, else "bytes:\xNN" (OpenAI's notation for a part of a UTF-8
-/// character); `bytes` are the token's UTF-8 bytes (chat logprobs).
+/// A token as OpenAI's logprobs show it: Tokenizer::TokenBytes (the
+/// SentencePiece piece with "▁" turned into a space, " time"; byte-level BPE
+/// "Ġtime" likewise) when that is valid UTF-8, else "bytes:\xNN..." (OpenAI's
+/// notation for a part of a UTF-8 character, e.g. a byte-fallback piece
+/// <0xE4>); control tokens show their piece ("<s>"). `bytes` are the token's
+/// bytes (chat logprobs).
 struct TokenText {
   std::string text;
   std::vector<uint8_t> bytes;

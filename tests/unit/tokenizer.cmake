@@ -1,0 +1,43 @@
+# tokenizer.json parity with Hugging Face tokenizers (npm tokenizers@0.23.2):
+# the fixture tokenizer.oracle encodes the corpora with it (node,
+# tests/tokenizer/oracle.mjs), then tq_test_tokenizer_parity requires the
+# same ids and decoded text from the C++ tokenizer. Own fixture (not
+# tq_reference), so other `ctest -R` runs do not wait for node.
+if(NOT TQ_TOKENIZER_JSON)
+  message(STATUS "tokenizer.json support off: tokenizer parity tests not registered")
+  return()
+endif()
+if(NOT TQ_NODE OR NOT TQ_SHARED_DATA_DIR)
+  message(WARNING "node or the shared data (../shared/data) missing: tokenizer parity tests not registered")
+  return()
+endif()
+add_test(NAME tokenizer.oracle
+  COMMAND ${TQ_NODE} ${TQ_TOKENIZER_ORACLE_DIR}/oracle.mjs --data ${TQ_SHARED_DATA_DIR}
+          --out-dir ${TQ_REF_DIR})
+set_tests_properties(tokenizer.oracle PROPERTIES
+  FIXTURES_SETUP tq_tokenizer_parity FIXTURES_REQUIRED tq_tokenizer_oracle TIMEOUT 300)
+
+add_executable(tq_test_tokenizer_parity test_tokenizer_parity.cc)
+target_link_libraries(tq_test_tokenizer_parity PRIVATE tq_engine nlohmann_json::nlohmann_json
+                      GTest::gtest GTest::gtest_main)
+target_compile_definitions(tq_test_tokenizer_parity PRIVATE
+  TQ_REF_DIR="${TQ_REF_DIR}"
+  TQ_SHARED_DATA_DIR="${TQ_SHARED_DATA_DIR}"
+  TQ_TOKENIZER_ORACLE_DIR="${TQ_TOKENIZER_ORACLE_DIR}")
+tq_target_warnings(tq_test_tokenizer_parity)
+gtest_discover_tests(tq_test_tokenizer_parity
+  DISCOVERY_TIMEOUT 60
+  PROPERTIES FIXTURES_REQUIRED tq_tokenizer_parity TIMEOUT 300 LABELS tokenizer)
+
+# Streaming detokenization over the real tokenizer.json vocabularies.
+if(TARGET tq_server_text)
+  add_executable(tq_test_detokenizer_bpe test_detokenizer_bpe.cc)
+  target_link_libraries(tq_test_detokenizer_bpe PRIVATE tq_server_text tq_engine GTest::gtest
+                        GTest::gtest_main)
+  target_compile_definitions(tq_test_detokenizer_bpe PRIVATE
+    TQ_TOKENIZER_ORACLE_DIR="${TQ_TOKENIZER_ORACLE_DIR}")
+  tq_target_warnings(tq_test_detokenizer_bpe)
+  gtest_discover_tests(tq_test_detokenizer_bpe
+    DISCOVERY_TIMEOUT 60
+    PROPERTIES FIXTURES_REQUIRED tq_tokenizer_oracle TIMEOUT 300 LABELS tokenizer)
+endif()
