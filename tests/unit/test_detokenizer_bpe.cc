@@ -71,7 +71,15 @@ TEST_P(BpeStreaming, SplitCharactersAreEmittedWhole) {
         EXPECT_EQ(d.find(kReplacement), std::string::npos) << GetParam() << ": " << text;
         joined += d;
       }
-      EXPECT_EQ(joined, text) << GetParam();
+      // After a prompt the first token keeps its leading space (Mistral's
+      // Metaspace "▁中" is " 中" mid-text, "中" at the start), as
+      // transformers' decode of prompt + output minus the prompt's text.
+      const std::string expected = prompt.empty() ? text : [&] {
+        Ids all = prompt;
+        all.insert(all.end(), ids.begin(), ids.end());
+        return tok.Decode(all).substr(tok.Decode(prompt).size());
+      }();
+      EXPECT_EQ(joined, expected) << GetParam() << (prompt.empty() ? "" : " after a prompt");
     }
   }
   // The texts do exercise tokens that hold part of a character.
