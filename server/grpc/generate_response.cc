@@ -47,6 +47,7 @@ bool GenerateResponder::Build(const SessionDelta& delta, tqserve::v1::GenerateRe
   usage->set_prompt_tokens(prompt_tokens());
   usage->set_completion_tokens(completion_tokens());
   usage->set_total_tokens(prompt_tokens() + completion_tokens());
+  usage->set_cached_tokens(delta.cached_tokens);
   return true;
 }
 

@@ -57,6 +57,9 @@ struct ChoiceResult {
 struct Usage {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
+  // prompt_tokens_details.cached_tokens: prompt tokens whose K/V came from
+  // the prefix cache (per prompt: its first choice's count).
+  int32_t cached_tokens = 0;
 };
 
 }  // namespace tq::http

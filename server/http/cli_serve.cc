@@ -148,7 +148,8 @@ std::string KvCacheLine(const EngineInfo& info, const ModelConfig& config) {
                 info.num_kv_blocks, info.block_size,
                 static_cast<long long>(info.kv_capacity_tokens),
                 static_cast<double>(info.kv_cache_bytes) / (1 << 20));
-  return line + KvCacheNotes(info.kv_calibration_source, info.kv_dtype_choice);
+  return line + KvCacheNotes(info.kv_calibration_source, info.kv_dtype_choice) +
+         (info.enable_prefix_caching ? "; prefix caching on" : "; prefix caching off");
 }
 
 // Drain (issue 4, and issue 5 for gRPC): /health and new requests 503, gRPC
@@ -287,6 +288,7 @@ void AddServeCommand(CLI::App& app) {
   args->engine.model_dir = TQ_DEFAULT_MODEL_DIR;
   args->engine.max_num_seqs = 256;
   args->engine.max_num_batched_tokens = 512;
+  args->engine.enable_prefix_caching = true;
   auto* cmd = app.add_subcommand("serve", "Run the OpenAI-compatible HTTP server and the gRPC API");
   cmd->add_option("--config", args->config_file,
                   "TOML file setting any of these flags by their long names (top level or a "
@@ -317,6 +319,11 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--threads", args->engine.num_threads,
                   "CPU compute threads (0 = all cores; capped at the core count)")
       ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
+  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching",
+                args->engine.enable_prefix_caching,
+                "Reuse the KV blocks of prompt prefixes computed before (automatic prefix "
+                "caching, docs/engine.md); default on")
       ->capture_default_str();
   AddKvCacheFlags(cmd, &args->engine, &args->kv_cache_dtype);
   AddWeightFlags(cmd, &args->engine);

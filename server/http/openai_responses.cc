@@ -78,7 +78,8 @@ TokenText TokenTextOf(const Tokenizer& tokenizer, int32_t token) {
 json UsageJson(const Usage& usage) {
   return {{"prompt_tokens", usage.prompt_tokens},
           {"completion_tokens", usage.completion_tokens},
-          {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+          {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};
 }
 
 json CompletionLogprobsJson(const std::vector<LogprobEntry>& entries, const Tokenizer& tokenizer) {

@@ -44,6 +44,7 @@ Usage RequestRunner::usage() const {
     if (std::find(counted.begin(), counted.end(), s.prompt_index) == counted.end()) {
       counted.push_back(s.prompt_index);
       usage.prompt_tokens += static_cast<int32_t>(s.request.prompt_ids.size());
+      usage.cached_tokens += session_.cached_tokens(i);  // the prompt's first choice
     }
     usage.completion_tokens += session_.completion_tokens(i);
   }

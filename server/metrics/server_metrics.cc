@@ -179,6 +179,10 @@ struct ServerMetrics::Impl {
                               "Number of blocks in the KV-cache pool.");
   Gauge& kv_blocks_used = AddGauge(model_registry, "tqserve_kv_cache_blocks_used",
                                    "Number of KV-cache blocks held by sequences.");
+  GaugeSet kv_blocks_by_state{model_registry, "tqserve_kv_cache_blocks",
+                              "KV-cache blocks by state: used (held by sequences), cached "
+                              "(refcount 0, kept for prefix cache hits, evicted LRU when a "
+                              "block is needed), free; they add up to num_blocks."};
   Gauge& kv_capacity = AddGauge(model_registry, "tqserve_kv_cache_capacity_tokens",
                                 "Tokens the KV-cache pool holds (blocks times block size).");
   GaugeSet kv_bytes{model_registry, "tqserve_memory_kv_cache_bytes",
@@ -202,6 +206,13 @@ struct ServerMetrics::Impl {
                                       "preemption not counted again).");
   Counter& generation_tokens =
       AddCounter(model_registry, "tqserve_generation_tokens_total", "Number of tokens generated.");
+  Counter& prefix_queries =
+      AddCounter(model_registry, "tqserve_prefix_cache_queries_total",
+                 "Prompt tokens looked up in the prefix cache (requests admitted for the first "
+                 "time; vLLM's prefix_cache_queries).");
+  Counter& prefix_hits = AddCounter(model_registry, "tqserve_prefix_cache_hits_total",
+                                    "Prompt tokens found in the prefix cache (their KV reused, "
+                                    "not computed; vLLM's prefix_cache_hits).");
   Counter& preemptions = AddCounter(model_registry, "tqserve_num_preemptions_total",
                                     "Number of preemptions (a running sequence's blocks freed, "
                                     "recomputed later).");
@@ -275,6 +286,11 @@ void ServerMetrics::Impl::SetEngineGauges(const EngineStats& stats, const Engine
   kv_blocks_used.Set(used_blocks);
   kv_usage.Set(total_blocks > 0 ? used_blocks / total_blocks : 0.0);
   kv_capacity.Set(CountOrZero(info.kv_capacity_tokens));
+  const double cached_blocks =
+      std::min(CountOrZero(stats.kv_blocks_cached), total_blocks - used_blocks);
+  kv_blocks_by_state.Assign({{{{"state", "used"}}, used_blocks},
+                             {{{"state", "cached"}}, cached_blocks},
+                             {{{"state", "free"}}, total_blocks - used_blocks - cached_blocks}});
 
   // Per tensor-parallel rank (rank="0" alone without TP): every rank's pool
   // has the same blocks, each block holding that rank's KV heads.
@@ -361,6 +377,11 @@ void ServerMetrics::OnFirstToken(double ttft_seconds) {
 
 void ServerMetrics::OnInterToken(double itl_seconds) {
   ObserveSeconds(impl_->itl, itl_seconds);
+}
+
+void ServerMetrics::OnPrefixCache(int32_t queried_tokens, int32_t hit_tokens) {
+  if (queried_tokens > 0) impl_->prefix_queries.Increment(queried_tokens);
+  if (hit_tokens > 0) impl_->prefix_hits.Increment(hit_tokens);
 }
 
 void ServerMetrics::OnPreemption() {

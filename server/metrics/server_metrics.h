@@ -26,6 +26,7 @@ class ServerMetrics : public EngineObserver {
   void OnFirstToken(double ttft_seconds) override;
   void OnInterToken(double itl_seconds) override;
   void OnPreemption() override;
+  void OnPrefixCache(int32_t queried_tokens, int32_t hit_tokens) override;
   void OnRequestFinished(const FinishedRequestStats& stats) override;
 
   /// A front-end request ended with HTTP status `code` (gRPC: the status code

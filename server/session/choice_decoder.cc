@@ -14,6 +14,8 @@ ChoiceDecoder::ChoiceDecoder(const Tokenizer& tokenizer, const EngineRequest& re
 SessionDelta ChoiceDecoder::Add(EngineOutput&& output) {
   SessionDelta delta;
   if (finished_) return delta;
+  cached_tokens_ = output.num_cached_tokens;
+  delta.cached_tokens = cached_tokens_;
   if (!started_) {
     started_ = true;
     delta.first = true;

@@ -35,6 +35,7 @@ struct SessionDelta {
   std::string stop_string;               // the stop string that ended it ("" if none)
   std::optional<int32_t> stop_token_id;  // one of stop_token_ids ended it (not EOS)
   int32_t completion_tokens = 0;         // tokens of the choice so far (final once finished)
+  int32_t cached_tokens = 0;             // prompt tokens from the prefix cache (usage)
 
   bool finished() const { return finish != ChoiceFinish::kNone; }
   /// Something for the client: tokens, text, the end, or the first delta.
@@ -64,6 +65,8 @@ class ChoiceDecoder {
   bool stopped_by_string() const { return text_.stopped(); }
   /// Tokens sent so far.
   int32_t completion_tokens() const { return static_cast<int32_t>(generated_); }
+  /// Prompt tokens whose KV came from the prefix cache (EngineOutput::num_cached_tokens).
+  int32_t cached_tokens() const { return cached_tokens_; }
 
  private:
   OutputTextStream text_;
@@ -72,6 +75,7 @@ class ChoiceDecoder {
   bool finished_ = false;
   size_t generated_ = 0;
   int32_t last_token_ = -1;
+  int32_t cached_tokens_ = 0;
 };
 
 }  // namespace tq

@@ -94,6 +94,10 @@ int32_t RequestSession::completion_tokens(size_t choice) const {
   return choices_[choice]->decoder.completion_tokens();
 }
 
+int32_t RequestSession::cached_tokens(size_t choice) const {
+  return choices_[choice]->decoder.cached_tokens();
+}
+
 std::vector<SessionDelta> RequestSession::Take() {
   {
     std::lock_guard<std::mutex> lock(signal_->mu);

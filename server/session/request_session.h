@@ -83,6 +83,8 @@ class RequestSession {
   const EngineRequest& request(size_t choice) const;
   /// Tokens choice `choice` produced (final once it finished).
   int32_t completion_tokens(size_t choice) const;
+  /// Prompt tokens of choice `choice` found in the prefix cache (usage).
+  int32_t cached_tokens(size_t choice) const;
 
  private:
   struct Choice;

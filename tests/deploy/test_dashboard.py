@@ -93,8 +93,17 @@ class DashboardTest(unittest.TestCase):
                        "tqserve_num_requests_waiting", "tqserve_prompt_tokens", "tqserve_generation_tokens",
                        "tqserve_time_to_first_token_seconds:p99", "tqserve_inter_token_latency_seconds:p50",
                        "tqserve_e2e_request_latency_seconds:p99", "tqserve_num_preemptions", "tqserve_request_success",
-                       "tqserve_request_failure"):
+                       "tqserve_request_failure", "tqserve_prefix_cache_hit_ratio", "tqserve_kv_cache_blocks{"):
             self.assertIn(metric, exprs)
+
+    def test_prefix_cache_panels(self):
+        panels = {p["title"]: p for p in all_panels(self.d["panels"])}
+        hit = panels["Prefix cache hit rate"]
+        self.assertEqual(hit["fieldConfig"]["defaults"]["unit"], "percentunit")
+        self.assertEqual([t["expr"] for t in hit["targets"]],
+                         ['instance:tqserve_prefix_cache_hit_ratio:rate5m{instance=~"$instance"}'])
+        blocks = panels["KV cache blocks (used / cached / free)"]
+        self.assertIn("by (instance, state)", blocks["targets"][0]["expr"])
 
 
 if __name__ == "__main__":

@@ -71,7 +71,11 @@ test('streaming: role first, deltas concatenate to the non-streamed content, inc
   assert.equal(withUsage.length, 1);
   assert.equal(withUsage[0], chunks.at(-1));
   assert.deepEqual(withUsage[0].choices, []);
-  assert.deepEqual(withUsage[0].usage, whole.usage);
+  // The same prompt again: its full 16-token blocks come from the prefix cache.
+  const { prompt_tokens_details: cached, ...counts } = withUsage[0].usage;
+  const { prompt_tokens_details: _, ...wholeCounts } = whole.usage;  // eslint-disable-line no-unused-vars
+  assert.deepEqual(counts, wholeCounts);
+  assert.equal(cached.cached_tokens, Math.floor((whole.usage.prompt_tokens - 1) / 16) * 16);
 });
 
 test('logprobs + top_logprobs=3: shapes, sorted, greedy chosen token = top[0], bytes, sum <= 1', async () => {

@@ -34,7 +34,11 @@ test('string prompt: OpenAI shape, greedy text equals the reference, usage count
   // The first 16 reference tokens (tq3 KV follows fp32 for ~30 tokens on this model).
   assert.equal(c.text, referenceCompletion(16));
   // BOS + the sentencepiece ids of the prompt (tokenizer_config: add_bos_token).
-  assert.deepEqual(r.usage, { prompt_tokens: 1 + sp.encode[0].length, completion_tokens: 16, total_tokens: 17 + sp.encode[0].length });
+  // No full 16-token block in a 5-token prompt: nothing can come from the prefix cache.
+  assert.deepEqual(r.usage, {
+    prompt_tokens: 1 + sp.encode[0].length, completion_tokens: 16, total_tokens: 17 + sp.encode[0].length,
+    prompt_tokens_details: { cached_tokens: 0 },
+  });
 });
 
 test('list of prompts: one choice per prompt, each equal to the prompt sent alone', async () => {
@@ -205,4 +209,22 @@ test('max_tokens: finish_reason "length" after exactly max_tokens tokens', async
   // ignore_eos (vLLM) is accepted.
   const r = await srv.client.completions.create({ model: MODEL, prompt: PROMPT, max_tokens: 7, temperature: 0, ignore_eos: true });
   assert.equal(r.usage.completion_tokens, 7);
+});
+
+test('prefix caching: a repeated prompt reports its cached 16-token blocks; n = 4 computes the prompt once', async () => {
+  // BOS + 39 ids: 2 full blocks of 16 before the last token.
+  const ids = [sp.bos_id, ...Array.from({ length: 39 }, (_, i) => 300 + i)];
+  const first = await greedy({ prompt: ids, max_tokens: 4 });
+  assert.equal(first.usage.prompt_tokens_details.cached_tokens, 0);
+  const again = await greedy({ prompt: ids, max_tokens: 4 });
+  assert.equal(again.usage.prompt_tokens_details.cached_tokens, 32);
+  assert.equal(again.choices[0].text, first.choices[0].text);
+  // n = 4: choice 0 computes the prompt, choices 1..3 attach its 2 blocks.
+  const hits = async () => (await srv.daemon.metrics()).sum('tqserve_prefix_cache_hits_total');
+  const before = await hits();
+  const other = [sp.bos_id, ...Array.from({ length: 39 }, (_, i) => 400 + i)];
+  const n4 = await srv.client.completions.create({ model: MODEL, prompt: other, max_tokens: 4, n: 4, temperature: 1, seed: 7 });
+  assert.equal(n4.choices.length, 4);
+  assert.equal(n4.usage.prompt_tokens_details.cached_tokens, 0);  // the prompt itself was computed once
+  assert.equal((await hits()) - before, 3 * 32);
 });

@@ -33,7 +33,7 @@ test('greedy Generate of "Once upon a time" matches the reference ids and the HT
   // (How many messages carry them depends on timing: the engine can produce
   // all 100 tokens before the handler reads, and deltas then merge.)
   assert.equal(got.last.finish_reason, 'FINISH_REASON_LENGTH');
-  assert.deepEqual(got.last.usage, { prompt_tokens: 5, completion_tokens: N, total_tokens: 5 + N });
+  assert.deepEqual(got.last.usage, { prompt_tokens: 5, completion_tokens: N, total_tokens: 5 + N, cached_tokens: 0 });
 
   const http = await served.client.completions.create({
     model: 'stories260K', prompt: 'Once upon a time', max_tokens: N, temperature: 0, logprobs: 0,
@@ -169,4 +169,15 @@ test('GetServerInfo and ListModels describe the daemon', async () => {
   const models = await unary(clients().generation, 'ListModels', {});
   const http = await served.client.models.list();
   assert.deepEqual(models.models.map((m) => m.id), http.data.map((m) => m.id));
+});
+
+test('usage.cached_tokens: the same long prompt again finds its full 16-token blocks in the prefix cache', async () => {
+  const text = 'Lily and Ben went to the park. They saw a big red ball under a tree. Lily wanted to play with it, but Ben said';
+  const first = await generate(clients().generation, greedy(text, 4));
+  assert.equal(first.status, Status.OK, first.details);
+  const again = await generate(clients().generation, greedy(text, 4));
+  const p = again.last.usage.prompt_tokens;
+  assert.ok(p > 32, `prompt of ${p} tokens`);
+  assert.equal(again.last.usage.cached_tokens, Math.floor((p - 1) / 16) * 16);
+  assert.deepEqual(again.token_ids, first.token_ids);
 });

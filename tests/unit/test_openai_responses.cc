@@ -53,9 +53,12 @@ TEST_F(OpenAiResponses, TokenTextOfPieces) {
 }
 
 TEST_F(OpenAiResponses, UsageTotals) {
-  const json u = UsageJson(Usage{5, 7});
-  EXPECT_EQ(Keys(u), (std::set<std::string>{"prompt_tokens", "completion_tokens", "total_tokens"}));
+  const json u = UsageJson(Usage{5, 7, 3});
+  EXPECT_EQ(Keys(u), (std::set<std::string>{"prompt_tokens", "completion_tokens", "total_tokens",
+                                            "prompt_tokens_details"}));
   EXPECT_EQ(u["total_tokens"], 12);
+  // OpenAI's shape: usage.prompt_tokens_details.cached_tokens.
+  EXPECT_EQ(u["prompt_tokens_details"], (json{{"cached_tokens", 3}}));
 }
 
 TEST_F(OpenAiResponses, CompletionBodyShape) {

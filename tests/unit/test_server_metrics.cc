@@ -244,12 +244,23 @@ TEST(ServerMetrics, StepAndFinishCounters) {
   EXPECT_EQ(e.Value("tqserve_request_generation_tokens_sum"), 106);
 }
 
+TEST(ServerMetrics, PrefixCacheCountersCountTokens) {
+  ServerMetrics metrics;
+  metrics.OnPrefixCache(300, 288);  // 18 blocks of 16 found for a 300-token prompt
+  metrics.OnPrefixCache(10, 0);
+  metrics.OnPrefixCache(-5, -3);  // bad input adds nothing
+  Exposition e = RenderParsed(metrics);
+  EXPECT_EQ(e.Value("tqserve_prefix_cache_queries_total"), 310);
+  EXPECT_EQ(e.Value("tqserve_prefix_cache_hits_total"), 288);
+}
+
 TEST(ServerMetrics, EngineGaugesFromStatsAndInfo) {
   ServerMetrics metrics;
   EngineStats stats;
   stats.num_running = 3;
   stats.num_waiting = 2;
   stats.kv_blocks_used = 30;
+  stats.kv_blocks_cached = 50;
   Exposition e = RenderParsed(metrics, stats);
 
   EXPECT_EQ(e.Value("tqserve_num_requests_running"), 3);
@@ -258,6 +269,10 @@ TEST(ServerMetrics, EngineGaugesFromStatsAndInfo) {
   EXPECT_EQ(e.Value("tqserve_kv_cache_blocks_used"), 30);
   EXPECT_DOUBLE_EQ(e.Value("tqserve_kv_cache_usage_perc"), 30.0 / 120.0);
   EXPECT_EQ(e.Value("tqserve_kv_cache_capacity_tokens"), 1920);
+  // 120 blocks: 30 used, 50 cached (prefix cache), the other 40 free.
+  EXPECT_EQ(e.Value("tqserve_kv_cache_blocks", {{"state", "used"}}), 30);
+  EXPECT_EQ(e.Value("tqserve_kv_cache_blocks", {{"state", "cached"}}), 50);
+  EXPECT_EQ(e.Value("tqserve_kv_cache_blocks", {{"state", "free"}}), 40);
   EXPECT_EQ(e.Value("tqserve_memory_kv_cache_bytes", {{"state", "used"}}), 30 * 4096);
   EXPECT_EQ(e.Value("tqserve_memory_kv_cache_bytes", {{"state", "free"}}), 90 * 4096);
   EXPECT_EQ(e.Value("tqserve_memory_weights_bytes", {{"precision", "fp32"}}), 1000);
@@ -336,6 +351,7 @@ TEST(ServerMetrics, BadInputIsClampedGaugesNonNegativeCountersMonotonic) {
   EXPECT_EQ(after.Value("tqserve_num_requests_running"), 0);
   EXPECT_EQ(after.Value("tqserve_num_requests_waiting"), 0);
   EXPECT_EQ(after.Value("tqserve_kv_cache_blocks_used"), 120);
+  EXPECT_EQ(after.Value("tqserve_kv_cache_blocks", {{"state", "free"}}), 0);
   EXPECT_EQ(after.Value("tqserve_kv_cache_usage_perc"), 1);
   EXPECT_EQ(after.Value("tqserve_memory_kv_cache_bytes", {{"state", "free"}}), 0);
   EXPECT_EQ(after.Value("tqserve_memory_kv_cache_bytes", {{"state", "used"}}), 120 * 4096);
@@ -494,6 +510,9 @@ TEST(ServerMetrics, EveryDocumentedMetricHasTypeAndHelp) {
       {"tqserve_kv_cache_blocks_used", "gauge"},
       {"tqserve_kv_cache_capacity_tokens", "gauge"},
       {"tqserve_num_preemptions_total", "counter"},
+      {"tqserve_prefix_cache_queries_total", "counter"},
+      {"tqserve_prefix_cache_hits_total", "counter"},
+      {"tqserve_kv_cache_blocks", "gauge"},
       {"tqserve_prompt_tokens_total", "counter"},
       {"tqserve_generation_tokens_total", "counter"},
       {"tqserve_request_success_total", "counter"},
