@@ -4,6 +4,8 @@
 #   make test       build and run every test through CTest
 #   make test-asan  the same under AddressSanitizer + UBSan (build-asan/)
 #   make build      build into build/ (binary: build/bin/tqserve)
+#   make test-http-full  the HTTP front end's load tests at the issue's full counts
+#                   (2,000 streams, 1,000 slowloris connections, 200 streams at SIGTERM)
 
 BUILD_DIR ?= build
 ASAN_DIR ?= build-asan
@@ -18,7 +20,7 @@ ifneq ($(NVCC),)
 CUDA_FLAGS := -DCMAKE_CUDA_COMPILER=$(NVCC)
 endif
 
-.PHONY: deps configure build serve test test-asan format clean
+.PHONY: deps configure build serve test test-asan test-http-full format clean
 
 deps:
 	@bash scripts/install_deps.sh
@@ -34,6 +36,9 @@ serve: build
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 600
+
+test-http-full: build
+	cd $(BUILD_DIR) && TQ_HTTP_FULL=1 ctest -R 'integration\.(npm_ci_done|http_)' --output-on-failure -V
 
 test-asan: deps
 	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTQ_SANITIZE=ON -DTQ_CUDA=OFF $(CMAKE_FLAGS)

@@ -18,7 +18,8 @@ PACKAGES=(
   libcli11-dev             # command line
   libspdlog-dev libfmt-dev # logging (server side)
   libgtest-dev libgmock-dev
-  libcpp-httplib-dev       # HTTP server (daemon) and client (serving benchmark)
+  libboost-dev zlib1g-dev  # HTTP server: Boost.Beast + Asio (1.74, header-only), gzip bodies
+  libcpp-httplib-dev       # HTTP client of the serving benchmark and the HTTP unit tests
   prometheus-cpp-dev       # /metrics
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # gRPC API
   libssl-dev               # API keys: SHA-256 and CRYPTO_memcmp (OpenSSL)

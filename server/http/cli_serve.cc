@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -40,6 +41,7 @@ struct ServeArgs {
   http::HttpOptions http;
   grpc_api::GrpcOptions grpc;  // port 0: no gRPC server
   double shutdown_timeout_s = 30;
+  int max_pending_requests = -1;  // -1: 4 x --max-num-seqs
   bool disable_log_requests = false;
   bool kv_cache_memory_set = false;
   std::vector<std::string> api_keys;  // --api-key (repeatable)
@@ -158,7 +160,7 @@ std::string KvCacheLine(const EngineInfo& info, const ModelConfig& config) {
 // are aborted; then the servers and the engine stop. `grpc` may be null.
 void Drain(http::HttpServer& server, grpc_api::GrpcServer* grpc, EngineClient& engine,
            SignalWaiter& signals, double timeout_s) {
-  server.state().StartDraining();
+  server.StartDraining();  // closes idle keep-alive connections; new requests 503
   if (grpc != nullptr) grpc->StartDraining();
   engine.StartDraining();
   const auto in_flight = [&] {
@@ -179,8 +181,8 @@ void Drain(http::HttpServer& server, grpc_api::GrpcServer* grpc, EngineClient& e
     spdlog::warn("drain: aborting {} request(s) still in flight", in_flight());
     engine.AbortAll();
     // Aborted streams end with an error event (gRPC: UNAVAILABLE); give them
-    // a moment to be written.
-    wait_idle(Clock::now() + std::chrono::seconds(5));
+    // a moment to be written (the exit stays within shutdown-timeout + 2 s).
+    wait_idle(Clock::now() + std::chrono::milliseconds(500));
   }
   server.Stop();
   if (grpc != nullptr) grpc->Stop(std::chrono::seconds(1));
@@ -231,7 +233,22 @@ void RunServe(ServeArgs& args) {
   args.http.guard.api_keys =
       guard::ApiKeys::Load(args.api_keys, env_key != nullptr ? env_key : "", args.api_key_file);
 
+  // Thousands of connections need as many descriptors: raise the soft limit
+  // to the hard one (as nginx's worker_rlimit_nofile).
+  rlimit descriptors{};
+  if (getrlimit(RLIMIT_NOFILE, &descriptors) == 0 && descriptors.rlim_cur < descriptors.rlim_max) {
+    descriptors.rlim_cur = descriptors.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &descriptors);
+  }
+  const int64_t max_pending = args.max_pending_requests >= 0
+                                  ? args.max_pending_requests
+                                  : 4 * int64_t{args.engine.max_num_seqs};
+  args.http.max_admitted_sequences = args.engine.max_num_seqs + max_pending;
+
   ServerMetrics metrics;
+  // Declared before the server: destroyed after it (the server's
+  // connections abort their engine requests as they go).
+  std::unique_ptr<EngineClient> engine;
   http::HttpServer server(args.http, &metrics);
   const int port = server.Bind();
   server.Start();
@@ -240,7 +257,6 @@ void RunServe(ServeArgs& args) {
   std::fflush(stderr);
 
   std::unique_ptr<grpc_api::GrpcServer> grpc;
-  std::unique_ptr<EngineClient> engine;
   try {
     if (args.grpc.port != 0) {
       args.grpc.host = args.http.host;
@@ -357,6 +373,36 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--shutdown-timeout", args->shutdown_timeout_s,
                   "Seconds in-flight requests get to finish after SIGTERM/SIGINT")
       ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
+  cmd->add_option("--max-pending-requests", args->max_pending_requests,
+                  "Generation sequences that may wait beyond --max-num-seqs running; more get "
+                  "503 with Retry-After (-1 = 4 x --max-num-seqs)")
+      ->check(CLI::Range(-1, 1 << 24))
+      ->capture_default_str();
+  cmd->add_option("--max-connections", args->http.max_connections,
+                  "Open HTTP connections; more get 503 and are closed")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--http-io-threads", args->http.io_threads,
+                  "HTTP event-loop threads (connections, probes, streams)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--http-worker-threads", args->http.worker_threads,
+                  "HTTP threads that parse, template and tokenize POST requests")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--http-read-timeout", args->http.read_timeout_s,
+                  "Seconds a request's head and body may take to arrive, from its first byte")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
+  cmd->add_option("--http-keep-alive-timeout", args->http.keep_alive_timeout_s,
+                  "Seconds an idle keep-alive connection stays open")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
+  cmd->add_option("--http-write-timeout", args->http.write_timeout_s,
+                  "Seconds a response write may make no progress (a client that stopped "
+                  "reading) before the request is aborted")
+      ->check(CLI::Range(0.001, 86400.0))
       ->capture_default_str();
   cmd->add_flag("--disable-log-requests", args->disable_log_requests,
                 "Do not log one line per request");

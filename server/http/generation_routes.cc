@@ -8,7 +8,6 @@
 #include "server/http/chat_request.h"
 #include "server/http/completion_request.h"
 #include "server/http/openai_responses.h"
-#include "server/http/peer_socket.h"
 #include "server/http/request_runner.h"
 #include "server/http/routes.h"
 
@@ -16,10 +15,6 @@ namespace tq::http {
 namespace {
 
 using nlohmann::json;
-
-// How long a handler waits on the engine before looking at the connection
-// again: bounds how late a disconnect is noticed (and its blocks freed).
-constexpr std::chrono::milliseconds kPollInterval(50);
 
 // The endpoint-specific shapes of one request's response.
 struct Endpoint {
@@ -59,99 +54,104 @@ void AddChoices(const std::string& response_id, int32_t prompt_index,
   }
 }
 
-// A streamed response: owned by httplib's content provider, so the runner
-// (and with it every engine request it has not finished) goes away with the
-// connection.
-struct StreamState {
-  std::unique_ptr<RequestRunner> runner;
-  std::shared_ptr<const Endpoint> endpoint;
-  std::unique_ptr<ServerState::InFlight> in_flight;
-  bool opened = false;
+// The response of one generation request, produced as the engine runs it:
+// owned by the connection, so the runner (and with it every engine request
+// it has not finished) goes away with the connection. Used on the
+// connection's strand only; the engine thread reaches it through the wake
+// function alone (RequestRunner::SetNotify).
+class GenerationBody final : public DeferredBody {
+ public:
+  GenerationBody(std::unique_ptr<RequestRunner> runner, std::shared_ptr<const Endpoint> endpoint,
+                 std::unique_ptr<ServerState::InFlight> in_flight, bool streamed)
+      : runner_(std::move(runner)),
+        endpoint_(std::move(endpoint)),
+        in_flight_(std::move(in_flight)),
+        streamed_(streamed),
+        results_(runner_->num_choices()) {}
 
-  static bool Write(httplib::DataSink& sink, const std::string& data) {
-    // An empty write would end httplib's chunked loop; never send one.
-    return data.empty() || sink.write(data.data(), data.size());
+  bool streamed() const override { return streamed_; }
+
+  void Start(std::function<void()> wake) override { runner_->SetNotify(std::move(wake)); }
+
+  bool Pull(std::string* data, HttpResponse* whole) override {
+    try {
+      return streamed_ ? PullStream(*data) : PullWhole(*whole);
+    } catch (const std::exception& e) {
+      // Nothing may escape into the connection; end the request.
+      spdlog::error("{}: response failed: {}", endpoint_->meta.id, e.what());
+      runner_->AbortAll();
+      if (streamed_) {
+        *data += SseEvent(ErrorJson(InternalError(e.what())));
+        *data += kSseDone;
+      } else {
+        SendError(*whole, InternalError(std::string("internal error: ") + e.what()));
+      }
+      return true;
+    }
   }
 
-  // One provider call: waits up to kPollInterval for output, sends it.
-  bool Step(httplib::DataSink& sink) {
+  std::string Abort(std::string_view why) override {
+    if (!runner_->done()) {
+      runner_->AbortAll();
+      spdlog::info("{}: {}; aborted", endpoint_->meta.id, why);
+    }
+    if (!streamed_) return "";
+    // The status line is gone already: an error event, then [DONE] (vLLM).
+    std::string tail =
+        SseEvent(ErrorJson(Unavailable("the request was aborted: " + std::string(why))));
+    tail += kSseDone;
+    return tail;
+  }
+
+ private:
+  bool PullStream(std::string& data) {
     std::vector<json> chunks;
-    if (!opened) {
-      opened = true;
-      endpoint->open(chunks);
+    if (!opened_) {
+      opened_ = true;
+      endpoint_->open(chunks);
     }
-    if (!runner->done()) {
-      for (const ChoiceDelta& delta : runner->Poll(kPollInterval)) endpoint->chunks(delta, chunks);
+    if (!runner_->done()) {
+      for (const ChoiceDelta& delta : runner_->Take()) endpoint_->chunks(delta, chunks);
     }
-    std::string data;
     for (const json& chunk : chunks) data += SseEvent(chunk);
-    if (!runner->done()) return Write(sink, data) && sink.is_writable();
-    if (runner->error()) {
-      // The status line is gone already: an error event, then [DONE] (vLLM).
-      data += SseEvent(ErrorJson(*runner->error()));
-    } else if (endpoint->include_usage) {
-      data += SseEvent(UsageChunkJson(endpoint->meta, endpoint->chunk_object, runner->usage()));
+    if (!runner_->done()) return false;
+    if (runner_->error()) {
+      data += SseEvent(ErrorJson(*runner_->error()));
+    } else if (endpoint_->include_usage) {
+      data += SseEvent(UsageChunkJson(endpoint_->meta, endpoint_->chunk_object, runner_->usage()));
     }
     data += kSseDone;
-    if (!Write(sink, data)) return false;
-    sink.done();
     return true;
   }
+
+  bool PullWhole(HttpResponse& whole) {
+    for (ChoiceDelta& delta : runner_->Take()) results_[delta.index].Append(std::move(delta));
+    if (!runner_->done()) return false;
+    if (runner_->error()) {
+      SendError(whole, *runner_->error());
+    } else {
+      SendJson(whole, endpoint_->body(results_, runner_->usage()));
+    }
+    return true;
+  }
+
+  std::unique_ptr<RequestRunner> runner_;
+  std::shared_ptr<const Endpoint> endpoint_;
+  std::unique_ptr<ServerState::InFlight> in_flight_;
+  const bool streamed_;
+  std::vector<ChoiceResult> results_;
+  bool opened_ = false;
 };
 
-void Stream(httplib::Response& res, std::unique_ptr<RequestRunner> runner,
-            std::shared_ptr<const Endpoint> endpoint,
-            std::unique_ptr<ServerState::InFlight> in_flight) {
-  auto state = std::make_shared<StreamState>();
-  state->runner = std::move(runner);
-  state->endpoint = std::move(endpoint);
-  state->in_flight = std::move(in_flight);
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [state](size_t /*offset*/, httplib::DataSink& sink) {
-        try {
-          return state->Step(sink);
-        } catch (const std::exception& e) {
-          // Nothing may escape into httplib's writer; end the connection.
-          spdlog::error("{}: stream failed: {}", state->endpoint->meta.id, e.what());
-          return false;
-        }
-      },
-      [state](bool success) {
-        // httplib calls this with false when the client went away (a failed
-        // write or a dead socket before a provider call): free the blocks now.
-        if (!success) state->runner->AbortAll();
-      });
-}
-
-// A non-streamed response: waits for every choice, watching the connection.
-void Complete(const httplib::Request& req, httplib::Response& res, RequestRunner& runner,
-              const Endpoint& endpoint) {
-  const PeerSocket peer(req.remote_addr, req.remote_port, req.local_port);
-  std::vector<ChoiceResult> results(runner.num_choices());
-  while (!runner.done()) {
-    for (ChoiceDelta& delta : runner.Poll(kPollInterval)) {
-      results[delta.index].Append(std::move(delta));
-    }
-    if (!runner.done() && peer.Closed()) {
-      runner.AbortAll();
-      spdlog::info("{}: client disconnected; aborted", endpoint.meta.id);
-      SendError(res, ApiError{499, "client closed the connection", "", "", "client_closed"});
-      return;
-    }
-  }
-  if (runner.error()) throw ApiException(*runner.error());
-  SendJson(res, endpoint.body(results, runner.usage()));
-}
-
-void Run(ServerState& state, const httplib::Request& req, httplib::Response& res,
-         EngineClient& engine, std::vector<ChoiceSpec> choices, const GenerationParams& params,
-         bool want_logprobs, std::shared_ptr<const Endpoint> endpoint) {
+void Run(ServerState& state, HttpResponse& res, EngineClient& engine,
+         std::vector<ChoiceSpec> choices, const GenerationParams& params, bool want_logprobs,
+         std::shared_ptr<const Endpoint> endpoint) {
   int64_t output_tokens = 0;  // request limits (server/guard): the response's size
   for (const ChoiceSpec& c : choices) output_tokens += c.request.sampling.max_tokens;
   CheckLogprobVolume(output_tokens, choices.front().request.num_logprobs);
+  // Admission next: a refused request costs no engine work.
+  auto in_flight =
+      std::make_unique<ServerState::InFlight>(&state, static_cast<int64_t>(choices.size()));
   if (state.options().log_requests) {
     const ChoiceSpec& first = choices.front();
     spdlog::info("{}: {} choice(s), prompt {} tokens, max_tokens {}, temperature {}, stream {}{}",
@@ -159,20 +159,16 @@ void Run(ServerState& state, const httplib::Request& req, httplib::Response& res
                  first.request.sampling.max_tokens, params.sampling.temperature, params.stream,
                  params.user.empty() ? "" : ", user " + DumpJson(params.user));  // quoted, escaped
   }
-  auto in_flight = std::make_unique<ServerState::InFlight>(&state);
   auto runner = std::make_unique<RequestRunner>(CallsFor(engine), engine.tokenizer(),
                                                 std::move(choices), params.stop, want_logprobs);
   runner->Submit();
-  if (params.stream) {
-    Stream(res, std::move(runner), std::move(endpoint), std::move(in_flight));
-  } else {
-    Complete(req, res, *runner, *endpoint);
-  }
+  res.deferred = std::make_unique<GenerationBody>(std::move(runner), std::move(endpoint),
+                                                  std::move(in_flight), params.stream);
 }
 
 }  // namespace
 
-void HandleCompletions(ServerState& state, const httplib::Request& req, httplib::Response& res) {
+void HandleCompletions(ServerState& state, const HttpRequest& req, HttpResponse& res) {
   EngineClient& engine = state.ReadyEngine();
   const CompletionRequest r = ParseCompletionRequest(ParseJsonBody(req), state.model());
   const Tokenizer& tokenizer = engine.tokenizer();
@@ -204,11 +200,10 @@ void HandleCompletions(ServerState& state, const httplib::Request& req, httplib:
                        const std::vector<ChoiceResult>& results, const Usage& usage) {
     return CompletionResponseJson(e->meta, results, usage, tokenizer, logprobs);
   };
-  Run(state, req, res, engine, std::move(choices), r.params, logprobs, std::move(endpoint));
+  Run(state, res, engine, std::move(choices), r.params, logprobs, std::move(endpoint));
 }
 
-void HandleChatCompletions(ServerState& state, const httplib::Request& req,
-                           httplib::Response& res) {
+void HandleChatCompletions(ServerState& state, const HttpRequest& req, HttpResponse& res) {
   EngineClient& engine = state.ReadyEngine();
   const ChatRequest r = ParseChatRequest(ParseJsonBody(req), state.model());
   const Tokenizer& tokenizer = engine.tokenizer();
@@ -258,7 +253,7 @@ void HandleChatCompletions(ServerState& state, const httplib::Request& req,
                        const std::vector<ChoiceResult>& results, const Usage& usage) {
     return ChatResponseJson(e->meta, results, usage, tokenizer, logprobs, top);
   };
-  Run(state, req, res, engine, std::move(choices), r.params, logprobs, std::move(endpoint));
+  Run(state, res, engine, std::move(choices), r.params, logprobs, std::move(endpoint));
 }
 
 }  // namespace tq::http

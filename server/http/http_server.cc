@@ -1,255 +1,293 @@
-// Routing, errors and request accounting of the HTTP server (see http_server.h).
+// The event-driven HTTP server: acceptor, I/O and worker threads, request
+// dispatch and accounting (see http_server.h).
 #include "server/http/http_server.h"
 
-#include <httplib.h>
 #include <spdlog/spdlog.h>
-#include <sys/socket.h>
 
-#include <chrono>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
 
 #include "engine/common/error.h"
+#include "server/guard/http_guard.h"
 #include "server/guard/request_limits.h"
+#include "server/http/connection.h"
 #include "server/http/json_fields.h"
-#include "server/http/routes.h"
+#include "server/http/routing.h"
 
 namespace tq::http {
 namespace {
 
-using nlohmann::json;
-
-struct Route {
-  const char* method;
-  const char* path;
-  RouteHandler handler;
-};
-
-const std::vector<Route>& Routes() {
-  static const std::vector<Route> routes = {
-      {"POST", "/v1/completions", HandleCompletions},
-      {"POST", "/v1/chat/completions", HandleChatCompletions},
-      {"GET", "/v1/models", HandleModels},
-      {"POST", "/tokenize", HandleTokenize},
-      {"POST", "/detokenize", HandleDetokenize},
-      {"GET", "/health", HandleHealth},
-      {"GET", "/livez", HandleLivez},
-      {"GET", "/metrics", HandleMetrics},
-      {"GET", "/version", HandleVersion},
-  };
-  return routes;
-}
-
-// The metrics label of a path: a known route, else "other" (bounded cardinality).
-std::string RouteLabel(const std::string& path) {
-  for (const Route& r : Routes()) {
-    if (path == r.path) return path;
-  }
-  return "other";
-}
-
-// 404 and 405 (httplib answers both as 404 without a body), and httplib's
-// own errors (400 malformed request, 413 body too large, ...), as OpenAI JSON.
-httplib::Server::HandlerResponse OnError(const httplib::Request& req, httplib::Response& res,
-                                         ServerMetrics* metrics) {
-  if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // ours already
-  ApiError error;
-  error.status = res.status;
-  if (res.status == 404) {
-    std::string allowed;
-    for (const Route& r : Routes()) {
-      if (req.path == r.path) allowed += (allowed.empty() ? "" : ", ") + std::string(r.method);
-    }
-    if (!allowed.empty()) {
-      error.status = 405;
-      error.message = "Method " + req.method + " not allowed for " + req.path;
-      error.code = "method_not_allowed";
-      res.set_header("Allow", allowed);
-    } else {
-      error.message = "Invalid URL (" + req.method + " " + req.path + ")";
-      error.code = "not_found";
-    }
-  } else if (res.status == 413) {
-    // httplib refuses a Content-Length over the limit before reading the body.
-    error.message = "request body too large";
-    if (metrics != nullptr) metrics->OnRefused("http", "body_too_large");
-  } else if (res.status == 400 && req.method == "POST" && !req.has_header("Content-Length") &&
-             !req.has_header("Transfer-Encoding")) {
-    // httplib refuses a POST without a length before any route runs.
-    error.message = "the request has no body: send a JSON body with a Content-Length";
-  } else {
-    error.message = "HTTP error " + std::to_string(res.status);
-  }
-  SendError(res, error);
-  return httplib::Server::HandlerResponse::Handled;
-}
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
 
 HttpOptions WithGuardLimits(HttpOptions options) {
   options.guard.max_body_bytes = options.max_body_bytes;
   return options;
 }
 
-// Before the body is read: the request guards (server/guard/http_guard.h).
-httplib::Server::HandlerResponse PreRouting(const ServerState& state, const httplib::Request& req,
-                                            httplib::Response& res) {
-  const guard::RequestHead head{req.method, req.path,
-                                [&req](std::string_view name) -> std::optional<std::string> {
-                                  const std::string key(name);
-                                  if (!req.has_header(key)) return std::nullopt;
-                                  return req.get_header_value(key);
-                                }};
-  for (const auto& [name, value] : guard::ResponseHeaders(state.options().guard, head)) {
-    res.set_header(name, value);
-  }
-  const std::optional<guard::HttpRefusal> refusal =
-      guard::CheckRequestHead(state.options().guard, head);
-  if (!refusal) return httplib::Server::HandlerResponse::Unhandled;
-  if (state.metrics() != nullptr && !refusal->reason.empty()) {
-    state.metrics()->OnRefused("http", refusal->reason);
-  }
-  for (const auto& [name, value] : refusal->headers) res.set_header(name, value);
-  res.set_header("Connection", "close");  // the body, if any, is not read
-  if (refusal->status == 204) {
-    res.status = 204;  // a CORS preflight: headers only
-  } else {
-    SendError(res, ApiError{refusal->status, refusal->message, "", "", refusal->code});
-  }
-  return httplib::Server::HandlerResponse::Handled;
+// The guards' view of a request head (server/guard/http_guard.h); borrows
+// `req`, which must outlive it.
+guard::RequestHead GuardView(const HttpRequest& req) {
+  return guard::RequestHead{req.method, req.path,
+                            [&req](std::string_view name) -> std::optional<std::string> {
+                              const auto value = req.header(name);
+                              if (!value) return std::nullopt;
+                              return std::string(*value);
+                            }};
 }
 
 }  // namespace
 
-void SendJson(httplib::Response& res, const json& body, int status) {
-  res.status = status;
-  res.set_content(DumpJson(body), "application/json");
-}
+class HttpServer::Impl final : public ConnectionHost {
+ public:
+  Impl(HttpOptions options, ServerMetrics* metrics)
+      : state_(WithGuardLimits(std::move(options)), metrics),
+        io_(std::max(1, state_.options().io_threads)),
+        acceptor_(asio::make_strand(io_)),
+        work_guard_(asio::make_work_guard(io_)) {}
 
-void SendError(httplib::Response& res, const ApiError& error) {
-  SendJson(res, ErrorJson(error), error.status);
-}
+  ~Impl() override { Stop(); }
 
-json ParseJsonBody(const httplib::Request& req) {
-  // nlohmann parses any depth, but copying or printing a value recurses:
-  // refuse absurd nesting before it can reach such code.
-  if (JsonNestingDepth(req.body) > kMaxJsonDepth) {
-    throw ApiException(BadRequest("the request body is nested more than " +
-                                  std::to_string(kMaxJsonDepth) + " levels deep"));
+  int Bind() {
+    const HttpOptions& o = state_.options();
+    boost::system::error_code ec;
+    const auto address = asio::ip::make_address(o.host == "localhost" ? "127.0.0.1" : o.host, ec);
+    if (!ec) {
+      const tcp::endpoint endpoint(address, static_cast<unsigned short>(o.port));
+      acceptor_.open(endpoint.protocol(), ec);
+      // SO_REUSEADDR (a restart while old connections sit in TIME_WAIT), never
+      // SO_REUSEPORT (a second daemon would silently share the port).
+      if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+      if (!ec) acceptor_.bind(endpoint, ec);
+      if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    }
+    if (ec) {
+      boost::system::error_code ignored;
+      acceptor_.close(ignored);
+      throw Error("--host " + o.host + " --port " + std::to_string(o.port) +
+                  ": cannot listen there (" + ec.message() + ")");
+    }
+    return acceptor_.local_endpoint().port();
   }
-  json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) {
-    throw ApiException(BadRequest("the request body is not valid JSON"));
-  }
-  if (!body.is_object()) {
-    throw ApiException(
-        BadRequest("the request body must be a JSON object, got " + JsonTypeName(body)));
-  }
-  return body;
-}
 
-httplib::Server::Handler Guarded(ServerState& state, RouteHandler handler) {
-  return
-      [&state, handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
-        try {
-          handler(state, req, res);
-        } catch (const ApiException& e) {
-          if (state.metrics() != nullptr && !e.reason().empty()) {
-            state.metrics()->OnRefused("http", e.reason());
-          }
-          SendError(res, e.error());
-        } catch (const EngineUnavailable& e) {
-          SendError(res, Unavailable(std::string("the engine takes no requests: ") + e.what()));
-        } catch (const Error& e) {
-          // EngineClient::Submit validates too; what it refuses is the request's fault.
-          SendError(res, BadRequest(e.what()));
-        } catch (const std::exception& e) {
-          spdlog::error("{} {}: {}", req.method, req.path, e.what());
-          SendError(res, InternalError(std::string("internal error: ") + e.what()));
-        }
-      };
-}
-
-HttpServer::HttpServer(HttpOptions options, ServerMetrics* metrics)
-    : state_(WithGuardLimits(std::move(options)), metrics),
-      server_(std::make_unique<httplib::Server>()) {
-  const size_t workers = static_cast<size_t>(std::max(1, state_.options().max_connections));
-  server_->new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
-  server_->set_payload_max_length(state_.options().max_body_bytes);
-  // httplib's default sets SO_REUSEPORT, which lets a second daemon bind the
-  // same port and silently share its traffic; SO_REUSEADDR alone still allows
-  // a restart while old connections sit in TIME_WAIT, and refuses a port in use.
-  server_->set_socket_options([this](int sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    listen_fd_ = sock;  // the last socket created is the one that bound
-  });
-  RegisterRoutes();
-}
-
-HttpServer::~HttpServer() {
-  Stop();
-}
-
-void HttpServer::RegisterRoutes() {
-  for (const Route& r : Routes()) {
-    const std::string pattern = r.path;
-    if (std::string_view(r.method) == "POST") {
-      server_->Post(pattern, Guarded(state_, r.handler));
-    } else {
-      server_->Get(pattern, Guarded(state_, r.handler));
+  void Start() {
+    const HttpOptions& o = state_.options();
+    pool_.emplace(static_cast<size_t>(std::max(1, o.worker_threads)));
+    Accept();
+    for (int i = 0; i < std::max(1, o.io_threads); ++i) {
+      threads_.emplace_back([this] { io_.run(); });
     }
   }
-  server_->set_pre_routing_handler(httplib::Server::HandlerWithResponse(
-      [this](const httplib::Request& req, httplib::Response& res) {
-        return PreRouting(state_, req, res);
-      }));
-  server_->set_error_handler(httplib::Server::HandlerWithResponse(
-      [this](const httplib::Request& req, httplib::Response& res) {
-        return OnError(req, res, state_.metrics());
-      }));
-  // Called once per response, after it was written (for a stream: at its end).
-  server_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+
+  void StartDraining() {
+    // The listener stays open so that probes and late clients get an
+    // explicit 503 (with Connection: close) instead of a refused connection;
+    // Stop closes it.
+    state_.StartDraining();
+    for (const auto& c : Snapshot()) c->CloseIfIdle();
+  }
+
+  void Stop() {
+    if (stopped_.exchange(true)) return;
+    state_.StartDraining();
+    asio::post(acceptor_.get_executor(), [this] {
+      boost::system::error_code ignored;
+      acceptor_.close(ignored);
+    });
+    for (const auto& c : Snapshot()) c->CloseNow();
+    work_guard_.reset();
+    // Give the closes a moment to run on the loop, then stop it.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (num_connections() > 0 && std::chrono::steady_clock::now() < until && !threads_.empty()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    io_.stop();
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+    if (pool_) pool_->join();
+    std::lock_guard<std::mutex> lock(mu_);
+    connections_.clear();  // the loop is gone: drop what it still held
+  }
+
+  void AddGuard(RequestGuard guard) { guards_.push_back(std::move(guard)); }
+
+  int64_t num_connections() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int64_t>(connections_.size());
+  }
+
+  ServerState& state() { return state_; }
+
+  // ConnectionHost.
+  void Handle(HttpRequest&& request, std::function<void(HttpResponse&&)> original_done) override {
+    // CORS headers (--allowed-origins) go on every response to an allowed Origin.
+    auto cors = guard::ResponseHeaders(state_.options().guard, GuardView(request));
+    std::function<void(HttpResponse&&)> done =
+        cors.empty() ? std::move(original_done)
+                     : [cors = std::move(cors), inner = std::move(original_done)](HttpResponse&& r) {
+                         for (const auto& [name, value] : cors) r.set_header(name, value);
+                         inner(std::move(r));
+                       };
+    HttpResponse res;
+    for (const RequestGuard& guard : guards_) {
+      // Request guards (issue 20: API keys, content types, limits) run here,
+      // before any route.
+      if (std::optional<ApiError> error = guard(request)) {
+        SendError(res, *error);
+        done(std::move(res));
+        return;
+      }
+    }
+    const Route* route = FindRoute(request, res);
+    if (route == nullptr || route->on_io_thread) {
+      if (route != nullptr) Guarded(state_, route->handler, request, res);
+      done(std::move(res));
+      return;
+    }
+    asio::post(*pool_,
+               [this, route, request = std::move(request), done = std::move(done)]() mutable {
+                 const size_t bytes = request.body.size();
+                 {
+                   const HttpRequest local = std::move(request);
+                   HttpResponse res;
+                   Guarded(state_, route->handler, local, res);
+                   done(std::move(res));
+                 }
+                 guard::ReleaseFreedMemory(bytes);  // a big prompt's freed heap
+               });
+  }
+
+  std::optional<HttpResponse> CheckHead(const HttpRequest& head) override {
+    // Before the body is read: the request guards (server/guard/http_guard.h).
+    const guard::RequestHead view = GuardView(head);
+    const std::optional<guard::HttpRefusal> refusal =
+        guard::CheckRequestHead(state_.options().guard, view);
+    if (!refusal) return std::nullopt;
+    if (state_.metrics() != nullptr && !refusal->reason.empty()) {
+      state_.metrics()->OnRefused("http", refusal->reason);
+    }
+    HttpResponse res;
+    for (const auto& [name, value] : guard::ResponseHeaders(state_.options().guard, view)) {
+      res.set_header(name, value);
+    }
+    for (const auto& [name, value] : refusal->headers) res.set_header(name, value);
+    if (refusal->status == 204) {
+      res.status = 204;  // a CORS preflight: headers only
+    } else {
+      SendError(res, ApiError{refusal->status, refusal->message, "", "", refusal->code});
+    }
+    return res;
+  }
+
+  void OnResponseWritten(const HttpRequest& request, int status) override {
     if (state_.metrics() != nullptr) {
-      state_.metrics()->OnApiRequest("http", RouteLabel(req.path), std::to_string(res.status));
+      state_.metrics()->OnApiRequest("http", RouteLabel(request.path), std::to_string(status));
     }
     if (state_.options().log_requests) {
-      spdlog::info("{}:{} \"{} {}\" {}", req.remote_addr, req.remote_port, req.method, req.path,
-                   res.status);
+      spdlog::info("{}:{} \"{} {}\" {}", request.remote_addr, request.remote_port, request.method,
+                   request.path, status);
     }
-    guard::ReleaseFreedMemory(req.body.size());  // a big prompt's freed heap
-  });
-}
+  }
+
+  void OnClosed(Connection* connection) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    connections_.erase(connection);
+  }
+
+  const HttpOptions& options() const override { return state_.options(); }
+  bool draining() const override { return state_.draining(); }
+
+ private:
+  std::vector<std::shared_ptr<Connection>> Snapshot() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::shared_ptr<Connection>> out;
+    out.reserve(connections_.size());
+    for (auto& [raw, c] : connections_) out.push_back(c);
+    return out;
+  }
+
+  void Accept() {
+    acceptor_.async_accept(
+        asio::make_strand(io_), [this](boost::system::error_code ec, tcp::socket socket) {
+          if (ec) {
+            if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;  // drain/stop
+            // EMFILE and friends: keep accepting (the backlog holds the rest).
+            spdlog::warn("accept: {}", ec.message());
+          } else if (num_connections() >= state_.options().max_connections) {
+            Refuse(std::move(socket));
+          } else {
+            auto connection = std::make_shared<Connection>(std::move(socket), this);
+            {
+              std::lock_guard<std::mutex> lock(mu_);
+              connections_.emplace(connection.get(), connection);
+            }
+            connection->Start();
+          }
+          if (acceptor_.is_open()) Accept();
+        });
+  }
+
+  // Over --max-connections: one 503 written without waiting, then closed.
+  void Refuse(tcp::socket socket) {
+    if (state_.metrics() != nullptr) state_.metrics()->OnRefused("http", "max_connections");
+    ApiError error = Unavailable("too many open connections (--max-connections " +
+                                 std::to_string(state_.options().max_connections) + ")");
+    error.retry_after_s = 1;
+    const std::string body = DumpJson(ErrorJson(error));
+    const std::string reply =
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: "
+        "1\r\nConnection: close\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
+    boost::system::error_code ignored;
+    socket.non_blocking(true, ignored);
+    socket.write_some(asio::buffer(reply), ignored);
+    socket.shutdown(tcp::socket::shutdown_both, ignored);
+    socket.close(ignored);
+  }
+
+  ServerState state_;
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  asio::executor_work_guard<asio::io_context::executor_type> work_guard_;
+  std::optional<asio::thread_pool> pool_;
+  std::vector<std::thread> threads_;
+  std::vector<RequestGuard> guards_;
+  mutable std::mutex mu_;  // guards connections_
+  std::unordered_map<Connection*, std::shared_ptr<Connection>> connections_;
+  std::atomic<bool> stopped_{false};
+};
+
+HttpServer::HttpServer(HttpOptions options, ServerMetrics* metrics)
+    : impl_(std::make_unique<Impl>(std::move(options), metrics)) {}
+
+HttpServer::~HttpServer() = default;
 
 int HttpServer::Bind() {
-  const HttpOptions& o = state_.options();
-  int port = o.port;
-  const bool ok = port == 0 ? (port = server_->bind_to_any_port(o.host)) > 0
-                            : server_->bind_to_port(o.host, port);
-  if (!ok) {
-    throw Error("--host " + o.host + " --port " + std::to_string(o.port) +
-                ": cannot listen there (address in use or not available)");
-  }
-  // httplib 0.11.4 listens with a backlog of 5, so a burst of connections
-  // stalls in SYN retries for seconds. listen(2) again on a listening socket
-  // only updates its backlog (Linux), capped by net.core.somaxconn.
-  if (listen_fd_ >= 0) ::listen(listen_fd_, SOMAXCONN);
-  return port;
+  return impl_->Bind();
 }
-
 void HttpServer::Start() {
-  listen_returned_ = false;
-  thread_ = std::thread([this] {
-    server_->listen_after_bind();
-    listen_returned_ = true;
-  });
-  // httplib's stop() does nothing until the accept loop has marked itself
-  // running; a Stop right after Start would otherwise leave it in accept().
-  while (!server_->is_running() && !listen_returned_) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  impl_->Start();
 }
-
+void HttpServer::AddGuard(RequestGuard guard) {
+  impl_->AddGuard(std::move(guard));
+}
+void HttpServer::StartDraining() {
+  impl_->StartDraining();
+}
 void HttpServer::Stop() {
-  if (!thread_.joinable()) return;
-  server_->stop();
-  thread_.join();
+  impl_->Stop();
+}
+int64_t HttpServer::num_connections() const {
+  return impl_->num_connections();
+}
+ServerState& HttpServer::state() {
+  return impl_->state();
 }
 
 }  // namespace tq::http

@@ -14,7 +14,7 @@ namespace tq::http {
 
 using nlohmann::json;
 
-void HandleModels(ServerState& state, const httplib::Request&, httplib::Response& res) {
+void HandleModels(ServerState& state, const HttpRequest&, HttpResponse& res) {
   state.ReadyEngine();  // 503 while loading or draining
   // OpenAI's list shape; max_model_len, root and parent as vLLM adds them.
   static const int64_t created = UnixSeconds();
@@ -28,7 +28,7 @@ void HandleModels(ServerState& state, const httplib::Request&, httplib::Response
   SendJson(res, {{"object", "list"}, {"data", json::array({std::move(model)})}});
 }
 
-void HandleTokenize(ServerState& state, const httplib::Request& req, httplib::Response& res) {
+void HandleTokenize(ServerState& state, const HttpRequest& req, HttpResponse& res) {
   EngineClient& engine = state.ReadyEngine();
   const json body = ParseJsonBody(req);
   CheckModelName(body, state.model().served_model_name);
@@ -57,7 +57,7 @@ void HandleTokenize(ServerState& state, const httplib::Request& req, httplib::Re
                  {"tokens", tokens}});
 }
 
-void HandleDetokenize(ServerState& state, const httplib::Request& req, httplib::Response& res) {
+void HandleDetokenize(ServerState& state, const HttpRequest& req, HttpResponse& res) {
   EngineClient& engine = state.ReadyEngine();
   const json body = ParseJsonBody(req);
   CheckModelName(body, state.model().served_model_name);
@@ -69,7 +69,7 @@ void HandleDetokenize(ServerState& state, const httplib::Request& req, httplib::
   SendJson(res, {{"prompt", engine.tokenizer().Decode(tokens)}});
 }
 
-void HandleHealth(ServerState& state, const httplib::Request&, httplib::Response& res) {
+void HandleHealth(ServerState& state, const HttpRequest&, HttpResponse& res) {
   // 200 only when loaded, the engine loop alive and not draining (issue 4).
   const EngineClient* engine = state.engine();
   const char* status = "ok";
@@ -83,7 +83,7 @@ void HandleHealth(ServerState& state, const httplib::Request&, httplib::Response
   SendJson(res, {{"status", status}}, std::string_view(status) == "ok" ? 200 : 503);
 }
 
-void HandleLivez(ServerState& state, const httplib::Request&, httplib::Response& res) {
+void HandleLivez(ServerState& state, const HttpRequest&, HttpResponse& res) {
   // Liveness (Kubernetes livenessProbe): fails only when a loaded engine's
   // loop has died, the one state a restart fixes. Loading, draining and being
   // busy are alive: /health (readiness) covers those without a restart.
@@ -96,7 +96,7 @@ void HandleLivez(ServerState& state, const httplib::Request&, httplib::Response&
   SendJson(res, {{"status", dead ? "dead" : "alive"}}, dead ? 503 : 200);
 }
 
-void HandleMetrics(ServerState& state, const httplib::Request&, httplib::Response& res) {
+void HandleMetrics(ServerState& state, const HttpRequest&, HttpResponse& res) {
   if (state.metrics() == nullptr) throw ApiException(ApiError{404, "no metrics", "", "", ""});
   const EngineClient* engine = state.engine();
   static const EngineInfo kNoInfo;
@@ -106,7 +106,7 @@ void HandleMetrics(ServerState& state, const httplib::Request&, httplib::Respons
   res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
 }
 
-void HandleVersion(ServerState&, const httplib::Request&, httplib::Response& res) {
+void HandleVersion(ServerState&, const HttpRequest&, HttpResponse& res) {
   SendJson(res, {{"version", TQ_VERSION}});
 }
 

@@ -20,6 +20,7 @@ struct ApiError {
   std::string type;
   std::string param;
   std::string code;
+  int retry_after_s = 0;  // > 0: sent as a Retry-After header (RFC 9110 10.2.3)
 };
 
 /// Thrown by request parsing and handlers; the HTTP layer turns it into the

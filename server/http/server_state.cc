@@ -24,13 +24,25 @@ EngineClient& ServerState::ReadyEngine() const {
   return *engine;
 }
 
-ServerState::InFlight::InFlight(ServerState* state) : state_(state) {
+ServerState::InFlight::InFlight(ServerState* state, int64_t sequences)
+    : state_(state), sequences_(sequences) {
   std::lock_guard<std::mutex> lock(state_->mu_);
+  const int64_t limit = state_->options_.max_admitted_sequences;
+  if (limit > 0 && state_->sequences_ > 0 && state_->sequences_ + sequences_ > limit) {
+    if (state_->metrics_ != nullptr) state_->metrics_->OnRefused("http", "overloaded");
+    ApiError error = Unavailable("the server is at capacity (" + std::to_string(limit) +
+                                 " sequences running or waiting); retry shortly");
+    error.code = "overloaded";
+    error.retry_after_s = 1;
+    throw ApiException(std::move(error));
+  }
   ++state_->in_flight_;
+  state_->sequences_ += sequences_;
 }
 
 ServerState::InFlight::~InFlight() {
   std::lock_guard<std::mutex> lock(state_->mu_);
+  state_->sequences_ -= sequences_;
   if (--state_->in_flight_ == 0) state_->idle_cv_.notify_all();
 }
 

@@ -23,15 +23,23 @@ struct HttpOptions {
   std::string host = "0.0.0.0";
   int port = 8000;                // 0: any free port
   std::string served_model_name;  // requests' "model" must equal it
-  int max_connections = 512;      // worker threads; each open stream holds one
+  int max_connections = 8192;     // open connections; more get 503 and are closed
   bool log_requests = true;       // one info line per request
   size_t max_body_bytes = 64 << 20;
   // Checks before the body is read (server/guard/http_guard.h); its
   // max_body_bytes is set from the field above.
   guard::HttpGuardOptions guard;
+  int io_threads = 2;               // event-loop threads (connections, probes, SSE writes)
+  int worker_threads = 2;           // threads that parse, template and tokenize POST requests
+  double read_timeout_s = 30;       // whole request head + body, from its first byte
+  double keep_alive_timeout_s = 5;  // idle keep-alive connection
+  double write_timeout_s = 30;      // a write making no progress (reader stopped)
+  // Admission: engine sequences admitted at once (running + waiting); beyond
+  // it generation requests get 503 + Retry-After. 0: no limit.
+  int64_t max_admitted_sequences = 0;
 };
 
-/// Thread-safe: handlers on many httplib worker threads read it; SetEngine
+/// Thread-safe: handlers on the I/O and worker threads read it; SetEngine
 /// and StartDraining come from the serve thread.
 class ServerState {
  public:
@@ -60,16 +68,20 @@ class ServerState {
   void StartDraining() { draining_.store(true); }
   bool draining() const { return draining_.load(); }
 
-  /// Counts one generation request while alive (for the drain).
+  /// Counts one generation request of `sequences` choices while alive (for
+  /// the drain and admission control). Throws ApiException 503 with
+  /// Retry-After when options.max_admitted_sequences would be exceeded (a
+  /// request alone over the limit is still admitted when nothing else runs).
   class InFlight {
    public:
-    explicit InFlight(ServerState* state);
+    explicit InFlight(ServerState* state, int64_t sequences = 1);
     ~InFlight();
     InFlight(const InFlight&) = delete;
     InFlight& operator=(const InFlight&) = delete;
 
    private:
     ServerState* state_;
+    int64_t sequences_;
   };
   /// Waits until no generation request is in flight or `deadline`; true when idle.
   bool WaitIdle(std::chrono::steady_clock::time_point deadline);
@@ -86,6 +98,7 @@ class ServerState {
   mutable std::mutex mu_;
   std::condition_variable idle_cv_;
   int64_t in_flight_ = 0;
+  int64_t sequences_ = 0;  // choices of the requests in flight
 };
 
 }  // namespace tq::http

@@ -393,3 +393,18 @@ export async function errorOf(promise) {
   }
   return assert.fail('the request succeeded');
 }
+
+/**
+ * The 12.6M-parameter random-weight model of the drain tests (the bundled
+ * tokenizer; decode steps take milliseconds, so streams stay in flight), made
+ * once in WORK_DIR()/random_12m; returns its directory.
+ */
+export function randomModel12M() {
+  const modelDir = path.join(WORK_DIR(), 'random_12m');
+  if (!fs.existsSync(path.join(modelDir, 'config.json'))) {
+    execFileSync(BIN(), ['make-random-model', '--out', modelDir, '--hidden-size', '512', '--intermediate-size', '1376',
+      '--num-layers', '4', '--num-heads', '8', '--vocab-size', '512', '--dtype', 'fp32',
+      '--tokenizer', path.join(MODEL(), 'tokenizer.model')]);
+  }
+  return modelDir;
+}

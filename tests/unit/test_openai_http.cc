@@ -1,4 +1,4 @@
-// The HTTP routes on a real socket (cpp-httplib client): status codes, the
+// The HTTP routes on a real socket (cpp-httplib as the client): status codes, the
 // OpenAI error JSON of 404/405/413/503, /health while loading, /version,
 // /metrics content type and request counting. The engine is not loaded here
 // (the integration tests drive a loaded daemon with the `openai` client).
@@ -141,7 +141,7 @@ TEST_F(HttpRoutes, OversizedBodyIs413Json) {
   ErrorBody(res);
 }
 
-// A POST without Content-Length is refused by httplib before any route runs;
+// A POST without Content-Length is refused before any route runs;
 // the error says what is missing (it used to be "HTTP error 400").
 TEST_F(HttpRoutes, PostWithoutLengthIs400Json) {
   const int sock = socket(AF_INET, SOCK_STREAM, 0);

@@ -1,0 +1,132 @@
+// Route table, handler guard and JSON helpers of the HTTP API (see routing.h, routes.h).
+#include "server/http/routing.h"
+
+#include <spdlog/spdlog.h>
+
+#include <vector>
+
+#include "engine/common/error.h"
+#include "engine/runtime/engine_client.h"
+#include "server/http/json_fields.h"
+
+namespace tq::http {
+namespace {
+
+using nlohmann::json;
+
+const std::vector<Route>& Routes() {
+  static const std::vector<Route> routes = {
+      {"POST", "/v1/completions", HandleCompletions, false},
+      {"POST", "/v1/chat/completions", HandleChatCompletions, false},
+      {"GET", "/v1/models", HandleModels, true},
+      {"POST", "/tokenize", HandleTokenize, false},
+      {"POST", "/detokenize", HandleDetokenize, false},
+      {"GET", "/health", HandleHealth, true},
+      {"GET", "/livez", HandleLivez, true},
+      {"GET", "/metrics", HandleMetrics, true},
+      {"GET", "/version", HandleVersion, true},
+  };
+  return routes;
+}
+
+}  // namespace
+
+std::string RouteLabel(const std::string& path) {
+  for (const Route& r : Routes()) {
+    if (path == r.path) return path;
+  }
+  return "other";
+}
+
+const Route* FindRoute(const HttpRequest& req, HttpResponse& res) {
+  std::string allowed;
+  for (const Route& r : Routes()) {
+    if (req.path != r.path) continue;
+    if (req.method == r.method) {
+      if (req.method == "POST" && !req.has_header("Content-Length") &&
+          !req.has_header("Transfer-Encoding")) {
+        SendError(res,
+                  BadRequest("the request has no body: send a JSON body with a Content-Length"));
+        return nullptr;
+      }
+      return &r;
+    }
+    allowed += (allowed.empty() ? "" : ", ") + std::string(r.method);
+  }
+  ApiError error;
+  error.status = 404;
+  if (!allowed.empty()) {
+    error.status = 405;
+    error.message = "Method " + req.method + " not allowed for " + req.path;
+    error.code = "method_not_allowed";
+    res.set_header("Allow", allowed);
+  } else {
+    error.message = "Invalid URL (" + req.method + " " + req.path + ")";
+    error.code = "not_found";
+  }
+  SendError(res, error);
+  return nullptr;
+}
+
+void SendJson(HttpResponse& res, const json& body, int status) {
+  res.status = status;
+  res.set_content(DumpJson(body), "application/json");
+}
+
+void SendError(HttpResponse& res, const ApiError& error) {
+  SendJson(res, ErrorJson(error), error.status);
+  if (error.retry_after_s > 0) res.set_header("Retry-After", std::to_string(error.retry_after_s));
+}
+
+json ParseJsonBody(const HttpRequest& req) {
+  // nlohmann parses any depth, but copying or printing a value recurses:
+  // refuse absurd nesting before it can reach such code.
+  if (JsonNestingDepth(req.body) > kMaxJsonDepth) {
+    throw ApiException(BadRequest("the request body is nested more than " +
+                                  std::to_string(kMaxJsonDepth) + " levels deep"));
+  }
+  json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) {
+    throw ApiException(BadRequest("the request body is not valid JSON"));
+  }
+  if (!body.is_object()) {
+    throw ApiException(
+        BadRequest("the request body must be a JSON object, got " + JsonTypeName(body)));
+  }
+  return body;
+}
+
+void Guarded(ServerState& state, const RouteHandler& handler, const HttpRequest& req,
+             HttpResponse& res) {
+  try {
+    handler(state, req, res);
+  } catch (const ApiException& e) {
+    if (state.metrics() != nullptr && !e.reason().empty()) {
+      state.metrics()->OnRefused("http", e.reason());
+    }
+    SendError(res, e.error());
+  } catch (const EngineUnavailable& e) {
+    SendError(res, Unavailable(std::string("the engine takes no requests: ") + e.what()));
+  } catch (const Error& e) {
+    // EngineClient::Submit validates too; what it refuses is the request's fault.
+    SendError(res, BadRequest(e.what()));
+  } catch (const std::exception& e) {
+    spdlog::error("{} {}: {}", req.method, req.path, e.what());
+    SendError(res, InternalError(std::string("internal error: ") + e.what()));
+  }
+}
+
+std::optional<std::string_view> HttpRequest::header(std::string_view name) const {
+  for (const auto& [key, value] : headers) {
+    if (key.size() == name.size() &&
+        std::equal(key.begin(), key.end(), name.begin(), [](char a, char b) {
+          return std::tolower(static_cast<unsigned char>(a)) ==
+                 std::tolower(static_cast<unsigned char>(b));
+        })) {
+      return std::string_view(value);
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace tq::http
