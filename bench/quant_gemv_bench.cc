@@ -5,7 +5,8 @@
 //
 //   tq_bench_quant_gemv [--shapes 4096x4096,4096x11008,11008x4096] [--rows 1,16]
 //                       [--threads 1,2] [--repeats 31] [--group-size 128]
-//                       [--formats fp32,fp32p,f16,bf16,int8,int8a,int4,int4a]
+//                       [--formats
+//                       fp32,fp32p,f16,bf16,int8,int8a,int4,int4a,int8t,int8ta,int4t,int4ta]
 //                       [--warm-cache]
 //
 // A shape is out_features x in_features (W is [out, in]; 4096x11008 is
@@ -53,12 +54,17 @@ struct Format {
 };
 
 // fp32p: fp32 repacked by the CPU backend's PrepareWeight (kF32Panels), what
-// the engine runs for fp32 weights; "x fp32" is always relative to plain fp32.
+// the engine runs for fp32 weights; int8t/int4t(a): int8/int4 repacked into
+// int tiles for the integer-unit kernels (TQ_CPU_INT_MATMUL picks the ISA),
+// while int8/int4 run the float kernels on row-major codes; "x fp32" is always relative to plain
+// fp32.
 const Format kAllFormats[] = {
-    {"fp32", WeightDtype::kF32, false},  {"fp32p", WeightDtype::kF32Panels, false},
-    {"f16", WeightDtype::kF16, false},   {"bf16", WeightDtype::kBF16, false},
-    {"int8", WeightDtype::kInt8, false}, {"int8a", WeightDtype::kInt8, true},
-    {"int4", WeightDtype::kInt4, false}, {"int4a", WeightDtype::kInt4, true}};
+    {"fp32", WeightDtype::kF32, false},        {"fp32p", WeightDtype::kF32Panels, false},
+    {"f16", WeightDtype::kF16, false},         {"bf16", WeightDtype::kBF16, false},
+    {"int8", WeightDtype::kInt8, false},       {"int8a", WeightDtype::kInt8, true},
+    {"int4", WeightDtype::kInt4, false},       {"int4a", WeightDtype::kInt4, true},
+    {"int8t", WeightDtype::kInt8Tiles, false}, {"int8ta", WeightDtype::kInt8Tiles, true},
+    {"int4t", WeightDtype::kInt4Tiles, false}, {"int4ta", WeightDtype::kInt4Tiles, true}};
 
 struct Args {
   std::vector<std::pair<int, int>> shapes = {{4096, 4096}, {4096, 11008}, {11008, 4096}};
@@ -118,7 +124,7 @@ struct Weight {
   std::vector<uint8_t> data;
   std::vector<uint16_t> scales, zeros;
   tq::kernels::WeightView view;
-  tq::kernels::BackendBuffer storage;  // kF32Panels copy
+  tq::kernels::BackendBuffer storage;  // kF32Panels / int tiles copy
   size_t bytes = 0;                    // what one matmul reads
 };
 
@@ -126,9 +132,9 @@ Weight MakeWeight(const Format& f, int out, int in, int group_size, std::mt19937
   Weight w;
   const size_t n = static_cast<size_t>(out) * in;
   std::uniform_int_distribution<int> byte(0, 255);
-  switch (f.dtype) {
-    case WeightDtype::kF32:
-    case WeightDtype::kF32Panels: {  // packed by the caller
+  const WeightDtype plain = tq::kernels::LogicalWeightDtype(f.dtype);  // repacked by the caller
+  switch (plain) {
+    case WeightDtype::kF32: {
       std::normal_distribution<float> d(0.0f, 0.02f);
       w.data.resize(n * 4);
       for (size_t i = 0; i < n; ++i) {
@@ -142,30 +148,32 @@ Weight MakeWeight(const Format& f, int out, int in, int group_size, std::mt19937
       std::normal_distribution<float> d(0.0f, 0.02f);
       w.data.resize(n * 2);
       for (size_t i = 0; i < n; ++i) {
-        const uint16_t h = f.dtype == WeightDtype::kF16 ? tq::kernels::FloatToHalf(d(rng))
-                                                        : tq::kernels::FloatToBf16(d(rng));
+        const uint16_t h = plain == WeightDtype::kF16 ? tq::kernels::FloatToHalf(d(rng))
+                                                      : tq::kernels::FloatToBf16(d(rng));
         std::memcpy(&w.data[2 * i], &h, 2);
       }
       break;
     }
     case WeightDtype::kInt8:
     case WeightDtype::kInt4: {
-      w.data.resize(f.dtype == WeightDtype::kInt8 ? n : n / 2);
+      w.data.resize(plain == WeightDtype::kInt8 ? n : n / 2);
       for (auto& b : w.data) b = static_cast<uint8_t>(byte(rng));
       const size_t groups = n / group_size;
       std::uniform_real_distribution<float> scale(0.001f, 0.01f);
       w.scales.resize(groups);
       for (auto& s : w.scales) s = tq::kernels::FloatToHalf(scale(rng));
       if (f.asymmetric) {
-        std::uniform_int_distribution<int> zero(0, f.dtype == WeightDtype::kInt8 ? 255 : 15);
+        std::uniform_int_distribution<int> zero(0, plain == WeightDtype::kInt8 ? 255 : 15);
         w.zeros.resize(groups);
         for (auto& z : w.zeros) z = tq::kernels::FloatToHalf(static_cast<float>(zero(rng)));
       }
       break;
     }
+    default:
+      break;
   }
   w.view.data = w.data.data();
-  w.view.dtype = f.dtype == WeightDtype::kF32Panels ? WeightDtype::kF32 : f.dtype;
+  w.view.dtype = plain;
   w.view.out_features = out;
   w.view.in_features = in;
   w.view.scales = w.scales.empty() ? nullptr : w.scales.data();
@@ -224,10 +232,13 @@ int Run(const Args& a) {
     std::vector<Weight> weights;
     for (const auto& f : formats) {
       weights.push_back(MakeWeight(f, out, in, a.group_size, rng));
-      if (f.dtype == WeightDtype::kF32Panels) {
+      if (f.dtype != tq::kernels::LogicalWeightDtype(f.dtype)) {
         Weight& w = weights.back();
         w.view = backends[0]->PrepareWeight(w.view, &w.storage);
+        if (w.view.dtype != f.dtype) throw std::invalid_argument(f.name + ": shape not repackable");
         w.data.clear();
+        w.scales.clear();
+        w.zeros.clear();
         w.data.shrink_to_fit();
       }
     }

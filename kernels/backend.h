@@ -13,6 +13,9 @@
 namespace tq::kernels {
 
 class BackendBuffer;
+namespace cpu {
+enum class IntIsa;
+}
 
 /// A recorded sequence of a backend's ops (a CUDA graph), replayed with the
 /// same pointers and sizes it was captured with; the caller rewrites the
@@ -126,8 +129,25 @@ class BackendBuffer {
 /// (measured: 14,000 -> 46 tokens/s at 3 threads on 2 cores).
 int CpuThreadCount(int requested);
 
+/// How the CPU backend runs int8/int4 matmuls. integer: PrepareWeight repacks
+/// them (WeightDtype::kInt8Tiles/kInt4Tiles) for the integer-unit kernels,
+/// which quantize activations to int8 per group (docs/quantization.md
+/// "Integer matmul"); false keeps the float kernels (dequantize in registers,
+/// fp32 activations). isa: the integer kernels' instruction set.
+struct CpuMatMulChoice {
+  bool integer = true;
+  cpu::IntIsa isa{};  // kScalar
+};
+
+/// The choice from the environment: TQ_CPU_INT_MATMUL unset, "on" or "1" =
+/// integer on the best ISA of this CPU; "off" or "0" = the float kernels;
+/// "avx512-vnni", "avx2", "scalar" = integer on that ISA. Throws
+/// std::invalid_argument for another value or an ISA this CPU lacks.
+CpuMatMulChoice CpuMatMulChoiceFromEnv();
+
 /// Creates the CPU backend with CpuThreadCount(num_threads) compute threads
-/// (including the caller's).
+/// (including the caller's) and CpuMatMulChoiceFromEnv().
 std::unique_ptr<Backend> CreateCpuBackend(int num_threads);
+std::unique_ptr<Backend> CreateCpuBackend(int num_threads, const CpuMatMulChoice& choice);
 
 }  // namespace tq::kernels

@@ -72,6 +72,17 @@ void CheckWeightView(std::string_view backend, std::string_view op, const Weight
     case WeightDtype::kInt8:
     case WeightDtype::kInt4:
       break;
+    case WeightDtype::kInt8Tiles:
+    case WeightDtype::kInt4Tiles:
+      if (w.out_features % kIntTileRows != 0 || w.group_size > kIntTileMaxGroup ||
+          w.group_size % (w.dtype == WeightDtype::kInt8Tiles ? 4 : 8) != 0) {
+        throw std::invalid_argument(where + "[" + std::to_string(w.out_features) + ", " +
+                                    std::to_string(w.in_features) + "] g" +
+                                    std::to_string(w.group_size) +
+                                    " is not whole tiles of 16 rows and chunks of 4 (int8) or 8 "
+                                    "(int4) inputs, groups <= 512");
+      }
+      break;
     default:
       throw std::invalid_argument(where + "has an unknown dtype");
   }

@@ -15,8 +15,8 @@ void CheckEmbedding(std::string_view backend, const EmbeddingParams& p);
 void CheckRmsNorm(std::string_view backend, const RmsNormParams& p);
 /// A linear weight of any WeightDtype: positive shape, data, and for int8/int4
 /// scales and a group_size dividing in_features (even for int4); kF32Panels
-/// needs whole panels. Used by every backend's MatMul (the CPU one included:
-/// its kernels index by these fields without further checks).
+/// needs whole panels, kInt8Tiles/kInt4Tiles whole tiles and chunks. Used by every backend's MatMul
+/// (the CPU one included: its kernels index by these fields without further checks).
 void CheckWeightView(std::string_view backend, std::string_view op, const WeightView& w);
 void CheckMatMul(std::string_view backend, const MatMulParams& p);
 void CheckRope(std::string_view backend, const RopeParams& p);

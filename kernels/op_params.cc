@@ -16,8 +16,25 @@ std::string WeightDtypeName(WeightDtype dtype) {
       return "int4";
     case WeightDtype::kF32Panels:
       return "fp32 panels";
+    case WeightDtype::kInt8Tiles:
+      return "int8 tiles";
+    case WeightDtype::kInt4Tiles:
+      return "int4 tiles";
   }
   return "unknown(" + std::to_string(static_cast<int>(dtype)) + ")";
+}
+
+WeightDtype LogicalWeightDtype(WeightDtype dtype) {
+  switch (dtype) {
+    case WeightDtype::kF32Panels:
+      return WeightDtype::kF32;
+    case WeightDtype::kInt8Tiles:
+      return WeightDtype::kInt8;
+    case WeightDtype::kInt4Tiles:
+      return WeightDtype::kInt4;
+    default:
+      return dtype;
+  }
 }
 
 }  // namespace tq::kernels

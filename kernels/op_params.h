@@ -26,7 +26,36 @@ namespace tq::kernels {
 /// is at [o / kF32PanelCols][i][o % kF32PanelCols] (the layout of BLIS/GotoBLAS
 /// packed B panels); out_features is a multiple of kF32PanelCols, so the copy
 /// has the same bytes. Only that backend reads it.
-enum class WeightDtype : uint8_t { kF32, kF16, kBF16, kInt8, kInt4, kF32Panels };
+/// kInt8Tiles / kInt4Tiles are int8 / int4 repacked by the CPU backend's
+/// PrepareWeight for its integer-dot-product kernels (kernels/cpu/cpu_int_matmul.cc):
+/// the same codes, scales and zeros, reordered so that one 64-byte load holds
+/// kIntTileRows output features. out_features is a multiple of kIntTileRows;
+/// tile t = rows [16t, 16t + 16), chunk c = inputs [4c, 4c + 4) (int8) or
+/// [8c, 8c + 8) (int4); byte 4r + j of the 64 bytes at data + (t * chunks + c) * 64:
+///   int8: code[16t + r, 4c + j];
+///   int4: low nibble code[16t + r, 8c + j], high nibble code[16t + r, 8c + 4 + j];
+/// scales (and zeros, if any) fp16 [tiles, groups, 16]: entry (t, g, r) is
+/// that of row 16t + r, group g. Only that backend reads them.
+enum class WeightDtype : uint8_t {
+  kF32,
+  kF16,
+  kBF16,
+  kInt8,
+  kInt4,
+  kF32Panels,
+  kInt8Tiles,
+  kInt4Tiles
+};
+
+/// Output features per tile of a kInt8Tiles / kInt4Tiles weight, and the
+/// largest group_size they take (every integer sum of a group stays below
+/// 2^24: 512 * 255 * 127, so it converts to fp32 exactly).
+constexpr int32_t kIntTileRows = 16;
+constexpr int32_t kIntTileMaxGroup = 512;
+
+/// The plain format a repacked layout stores (kF32Panels -> kF32,
+/// kInt8Tiles -> kInt8, kInt4Tiles -> kInt4; others unchanged).
+WeightDtype LogicalWeightDtype(WeightDtype dtype);
 
 /// "fp32", "fp16", "bf16", "int8", "int4", "fp32 panels": for error messages,
 /// and (panels counted as fp32) the precision label of weight memory metrics.

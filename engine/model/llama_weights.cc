@@ -262,6 +262,14 @@ void PrepareForBackend(LinearWeight& w, kernels::Backend* backend) {
   kernels::BackendBuffer prepared;
   const kernels::WeightView view = backend->PrepareWeight(w.View(), &prepared);
   if (prepared.data() == nullptr) return;
+  const auto* begin = static_cast<const uint8_t*>(prepared.data());
+  const auto inside = [&](const void* p) { return p >= begin && p < begin + prepared.bytes(); };
+  if (view.scales && inside(view.scales)) {  // scales/zeros travel with the data
+    w.scales_in_data = view.scales;
+    w.zeros_in_data = view.zeros;
+    w.scales.Reset();
+    w.zeros.Reset();
+  }
   w.data = std::move(prepared);
   w.dtype = view.dtype;
 }
@@ -269,8 +277,8 @@ void PrepareForBackend(LinearWeight& w, kernels::Backend* backend) {
 }  // namespace
 
 std::string WeightPrecisionName(WeightDtype dtype) {
-  // The panels are the CPU backend's layout of fp32, not another precision.
-  return kernels::WeightDtypeName(dtype == WeightDtype::kF32Panels ? WeightDtype::kF32 : dtype);
+  // Panels and tiles are the CPU backend's layouts of fp32 / int8 / int4.
+  return kernels::WeightDtypeName(kernels::LogicalWeightDtype(dtype));
 }
 
 kernels::WeightView LinearWeight::View() const {
@@ -279,8 +287,8 @@ kernels::WeightView LinearWeight::View() const {
   v.dtype = dtype;
   v.out_features = out_features;
   v.in_features = in_features;
-  v.scales = scales.as<const uint16_t>();
-  v.zeros = zeros.as<const uint16_t>();
+  v.scales = scales_in_data ? scales_in_data : scales.as<const uint16_t>();
+  v.zeros = scales_in_data ? zeros_in_data : zeros.as<const uint16_t>();
   v.group_size = group_size;
   return v;
 }

@@ -31,6 +31,10 @@ struct LinearWeight {
   int32_t out_features = 0;
   int32_t in_features = 0;
   int32_t group_size = 0;  // int formats only
+  // Set when the backend's PrepareWeight moved scales/zeros into `data` (the
+  // CPU backend's int tiles); scales/zeros are then empty.
+  const uint16_t* scales_in_data = nullptr;
+  const uint16_t* zeros_in_data = nullptr;
 
   /// The kernels' view of this weight (pointers into the buffers above).
   kernels::WeightView View() const;

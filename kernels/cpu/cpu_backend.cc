@@ -6,6 +6,7 @@
 #include <cstring>
 #include <new>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "kernels/backend.h"
@@ -23,7 +24,8 @@ constexpr size_t kAlignment = 64;
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int num_threads) : pool_(num_threads) {}
+  CpuBackend(int num_threads, const CpuMatMulChoice& choice)
+      : pool_(num_threads), choice_(choice) {}
 
   std::string_view Name() const override { return "cpu"; }
 
@@ -58,6 +60,10 @@ class CpuBackend final : public Backend {
   }
 
   WeightView PrepareWeight(const WeightView& w, BackendBuffer* storage) override {
+    if (choice_.integer && cpu::CanTileInt(w)) {
+      *storage = BackendBuffer(this, cpu::TiledIntBytes(w));
+      return cpu::TileInt(w, storage->data());
+    }
     // Packed only when whole panels cover it (true of every real model's
     // matrices), so memory accounting stays exact; others keep the dot kernel.
     if (w.dtype != WeightDtype::kF32 || !cpu::CanPackF32Panels(w.out_features)) return w;
@@ -79,6 +85,10 @@ class CpuBackend final : public Backend {
         break;
       case WeightDtype::kF32Panels:
         cpu::MatMulF32Panels(p, pool_);
+        break;
+      case WeightDtype::kInt8Tiles:
+      case WeightDtype::kInt4Tiles:
+        cpu::IntMatMul(p, pool_, choice_.isa);
         break;
       default:
         if (cpu::GemvSupported(p)) {
@@ -144,6 +154,7 @@ class CpuBackend final : public Backend {
   }
 
   ThreadPool pool_;
+  const CpuMatMulChoice choice_;
 };
 
 }  // namespace
@@ -153,8 +164,35 @@ int CpuThreadCount(int requested) {
   return requested <= 0 ? cores : std::min(requested, cores);
 }
 
+CpuMatMulChoice CpuMatMulChoiceFromEnv() {
+  CpuMatMulChoice c;
+  c.isa = cpu::BestIntIsa();
+  const char* env = std::getenv("TQ_CPU_INT_MATMUL");
+  const std::string v = env ? env : "";
+  if (v.empty() || v == "1" || v == "on") return c;
+  if (v == "0" || v == "off") {
+    c.integer = false;
+    return c;
+  }
+  for (cpu::IntIsa isa : {cpu::IntIsa::kScalar, cpu::IntIsa::kAvx2, cpu::IntIsa::kAvx512Vnni}) {
+    if (v == cpu::IntIsaName(isa)) {
+      if (!cpu::IntIsaSupported(isa)) {
+        throw std::invalid_argument("TQ_CPU_INT_MATMUL=" + v + ": this CPU does not support it");
+      }
+      c.isa = isa;
+      return c;
+    }
+  }
+  throw std::invalid_argument("TQ_CPU_INT_MATMUL=" + v +
+                              ": expected on, off, scalar, avx2 or avx512-vnni");
+}
+
 std::unique_ptr<Backend> CreateCpuBackend(int num_threads) {
-  return std::make_unique<CpuBackend>(CpuThreadCount(num_threads));
+  return CreateCpuBackend(num_threads, CpuMatMulChoiceFromEnv());
+}
+
+std::unique_ptr<Backend> CreateCpuBackend(int num_threads, const CpuMatMulChoice& choice) {
+  return std::make_unique<CpuBackend>(CpuThreadCount(num_threads), choice);
 }
 
 }  // namespace tq::kernels

@@ -36,6 +36,38 @@ bool GemvSupported(const MatMulParams& p);
 /// MatMulPacked. Requires GemvSupported(p).
 void Gemv(const MatMulParams& p, ThreadPool& pool);
 
+/// Whether an int8/int4 weight has a kInt8Tiles/kInt4Tiles layout: out_features
+/// whole tiles of kIntTileRows, group_size <= kIntTileMaxGroup and a multiple
+/// of 4 (int8) or 8 (int4) inputs.
+bool CanTileInt(const WeightView& w);
+
+/// Bytes of the tiled copy of w (codes + scales + zeros: the same as w's).
+size_t TiledIntBytes(const WeightView& w);
+
+/// Repacks int8/int4 w (CanTileInt) into `storage` (TiledIntBytes(w) bytes,
+/// 64-byte aligned for the fastest loads): the codes in tiles, then the
+/// scales and zeros [tiles, groups, 16]. Returns the view of the copy, whose
+/// scales/zeros point into `storage`.
+WeightView TileInt(const WeightView& w, void* storage);
+
+/// dst[i] = w[o, i] as fp32 for a kInt8Tiles/kInt4Tiles weight, computed as
+/// DecodeWeightRow computes the row-major formats.
+void DecodeTiledIntRow(const WeightView& w, int64_t o, float* dst);
+
+/// Instruction sets of the integer matmul, detected at run time.
+enum class IntIsa { kScalar, kAvx2, kAvx512Vnni };
+bool IntIsaSupported(IntIsa isa);
+/// The fastest supported one.
+IntIsa BestIntIsa();
+/// "scalar", "avx2", "avx512-vnni".
+const char* IntIsaName(IntIsa isa);
+
+/// out = x · Wᵀ for a kInt8Tiles/kInt4Tiles weight on integer units, with x
+/// quantized to int8 per group (cpu_int_matmul.cc gives the exact rule). Every
+/// ISA gives the same bits; each output depends only on its row of x and of W.
+/// isa must be supported. Called from one thread at a time (the pool's).
+void IntMatMul(const MatMulParams& p, ThreadPool& pool, IntIsa isa);
+
 /// out[t] = table[ids[t]] widened to fp32, for f32, f16 and bf16 tables;
 /// throws std::invalid_argument for an id outside [0, vocab) or another dtype.
 void Embedding(const EmbeddingParams& p, ThreadPool& pool);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/x86_intrin.h"
 #include "kernels/half.h"
 
@@ -122,6 +123,9 @@ void DecodeWeightRow(const WeightView& w, int64_t o, float* dst) {
       for (int64_t i = 0; i < k; ++i) dst[i] = panel[i * kF32PanelCols + o % kF32PanelCols];
       return;
     }
+    case WeightDtype::kInt8Tiles:
+    case WeightDtype::kInt4Tiles:
+      return DecodeTiledIntRow(w, o, dst);
     case WeightDtype::kInt8:
     case WeightDtype::kInt4:
       break;

@@ -435,5 +435,189 @@ TEST(QuantEmbedding, RejectsOutOfRangeIdsAndIntegerTables) {
                std::invalid_argument);
 }
 
+// ---------------------------------------------------------------------------
+// The integer-unit matmul (kernels/cpu/cpu_int_matmul.cc) over the CPU
+// backend's int tiles. Its activation quantization is modelled here from the
+// rule in that file (per group of the weight: d = max|x| / 127, q =
+// round-half-even(x * (127 / max|x|))), and the float64 reference sums
+// scale * d * q * (code - zero); a second check bounds the distance to the
+// unquantized float64 reference by the activation rounding, sum |w| * d / 2.
+
+std::vector<cpu::IntIsa> SupportedIsas() {
+  std::vector<cpu::IntIsa> isas;
+  for (cpu::IntIsa isa : {cpu::IntIsa::kScalar, cpu::IntIsa::kAvx2, cpu::IntIsa::kAvx512Vnni}) {
+    if (cpu::IntIsaSupported(isa)) isas.push_back(isa);
+  }
+  return isas;
+}
+
+// A tiled copy of w and its view (storage owned by the struct).
+struct TiledWeight {
+  std::vector<uint8_t> storage;
+  WeightView view;
+};
+
+TiledWeight Tile(const TestWeight& w) {
+  TiledWeight t;
+  EXPECT_TRUE(cpu::CanTileInt(w.View())) << Describe(w);
+  t.storage.resize(cpu::TiledIntBytes(w.View()) + 64);
+  // 64-byte aligned as the backend's buffers are.
+  void* base = t.storage.data();
+  size_t space = t.storage.size();
+  std::align(64, cpu::TiledIntBytes(w.View()), base, space);
+  t.view = cpu::TileInt(w.View(), base);
+  return t;
+}
+
+std::vector<float> RunIntMatMul(const WeightView& v, const std::vector<float>& x, int rows,
+                                int threads, cpu::IntIsa isa, const std::vector<float>* init) {
+  std::vector<float> out(static_cast<size_t>(rows) * v.out_features, kNaN);
+  if (init) out = *init;
+  out.resize(out.size() + kGuard, kGuardValue);
+  ThreadPool pool(threads);
+  cpu::IntMatMul({x.data(), v, out.data(), rows, init != nullptr}, pool, isa);
+  return out;
+}
+
+void ExpectMatchesIntReference(const TestWeight& w, const std::vector<float>& x, int rows,
+                               const std::vector<float>& out, const std::string& what) {
+  const int gs = w.group_size, groups = w.in / gs;
+  for (size_t g = 0; g < kGuard; ++g) {
+    ASSERT_EQ(out[static_cast<size_t>(rows) * w.out + g], kGuardValue) << what << " guard " << g;
+  }
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x.data() + static_cast<size_t>(r) * w.in;
+    std::vector<double> xq(w.in), d(groups);  // modelled quantized activations
+    for (int g = 0; g < groups; ++g) {
+      float amax = 0;
+      for (int i = g * gs; i < (g + 1) * gs; ++i) amax = std::max(amax, std::fabs(xr[i]));
+      const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+      d[g] = amax / 127.0f;
+      for (int i = g * gs; i < (g + 1) * gs; ++i) {
+        xq[i] = std::clamp(std::nearbyint(xr[i] * inv), -127.0f, 127.0f);
+      }
+    }
+    for (int o = 0; o < w.out; ++o) {
+      double ref = 0, magnitude = 0, exact = 0, bound = 0;
+      for (int i = 0; i < w.in; ++i) {
+        const double wi = w.reference[static_cast<size_t>(o) * w.in + i];
+        const double term = d[i / gs] * xq[i] * wi;
+        ref += term;
+        magnitude += std::fabs(term) + std::fabs(xr[i] * wi);
+        exact += xr[i] * wi;
+        bound += std::fabs(wi) * (d[i / gs] / 2 + 1e-6 * std::fabs(xr[i]));
+      }
+      const double got = out[static_cast<size_t>(r) * w.out + o];
+      ASSERT_TRUE(std::isfinite(got)) << what << " out[" << r << "," << o << "] not written";
+      ASSERT_LE(std::fabs(got - ref), 1e-5 * magnitude + 1e-30)
+          << what << " out[" << r << "," << o << "] = " << got << " vs modelled " << ref;
+      ASSERT_LE(std::fabs(got - exact), bound + 1e-5 * magnitude + 1e-30)
+          << what << " out[" << r << "," << o << "] = " << got << " vs unquantized " << exact;
+    }
+  }
+}
+
+struct IntShape {
+  int out, in, group_size;
+};
+// Groups from one chunk (4 / 8 inputs) to the 512 limit, several tile counts.
+const IntShape kIntShapes[] = {{16, 64, 8},   {48, 96, 32},    {32, 512, 512},
+                               {80, 192, 64}, {16, 1024, 128}, {64, 40, 8}};
+const FormatCase kIntFormats[] = {{WeightDtype::kInt8, true},
+                                  {WeightDtype::kInt8, false},
+                                  {WeightDtype::kInt4, true},
+                                  {WeightDtype::kInt4, false}};
+
+TEST(IntMatMul, MatchesModelledFloat64ReferenceOnEveryIsa) {
+  uint32_t seed = 500;
+  for (cpu::IntIsa isa : SupportedIsas()) {
+    for (const FormatCase& f : kIntFormats) {
+      for (const IntShape& s : kIntShapes) {
+        const TestWeight w = MakeWeight(f.dtype, s.out, s.in, s.group_size, f.symmetric, ++seed);
+        const TiledWeight t = Tile(w);
+        for (int rows : {1, 2, 5, 9}) {
+          auto x = RandomActivations(rows, s.in, ++seed);
+          if (rows == 2) std::fill(x.begin(), x.begin() + s.group_size, 0.0f);  // d = 0 block
+          const std::string what =
+              Describe(w) + " " + cpu::IntIsaName(isa) + " rows " + std::to_string(rows);
+          ExpectMatchesIntReference(w, x, rows, RunIntMatMul(t.view, x, rows, 2, isa, nullptr),
+                                    what);
+        }
+      }
+    }
+  }
+}
+
+// Bits: the same for every ISA, thread count, row count and with accumulate
+// (out + the same sum), and the backend's MatMul over its prepared weight
+// is this kernel.
+TEST(IntMatMul, IdenticalAcrossIsasThreadsRowsAndBatch) {
+  uint32_t seed = 600;
+  const auto isas = SupportedIsas();
+  for (const FormatCase& f : kIntFormats) {
+    const TestWeight w = MakeWeight(f.dtype, 112, 256, 64, f.symmetric, ++seed);
+    const TiledWeight t = Tile(w);
+    const int rows = 70;  // more than one 64-row block
+    const auto x = RandomActivations(rows, w.in, ++seed);
+    const auto batch = RunIntMatMul(t.view, x, rows, 1, cpu::IntIsa::kScalar, nullptr);
+    for (cpu::IntIsa isa : isas) {
+      for (int threads : {1, 2, 3, 4}) {
+        const auto out = RunIntMatMul(t.view, x, rows, threads, isa, nullptr);
+        ASSERT_EQ(0, std::memcmp(out.data(), batch.data(), out.size() * sizeof(float)))
+            << Describe(w) << " " << cpu::IntIsaName(isa) << " threads " << threads;
+      }
+      for (int r : {0, 1, 33, 64, 69}) {
+        const std::vector<float> xr(x.begin() + static_cast<size_t>(r) * w.in,
+                                    x.begin() + static_cast<size_t>(r + 1) * w.in);
+        const auto single = RunIntMatMul(t.view, xr, 1, 2, isa, nullptr);
+        ASSERT_EQ(0, std::memcmp(single.data(), batch.data() + static_cast<size_t>(r) * w.out,
+                                 w.out * sizeof(float)))
+            << Describe(w) << " " << cpu::IntIsaName(isa) << " row " << r << " alone";
+      }
+      const auto init = RandomActivations(3, w.out, ++seed);
+      const auto three = RunIntMatMul(t.view, x, 3, 1, isa, nullptr);
+      const auto acc = RunIntMatMul(t.view, x, 3, 2, isa, &init);
+      for (size_t e = 0; e < init.size(); ++e) ASSERT_EQ(acc[e], init[e] + three[e]) << e;
+    }
+    auto be = CreateCpuBackend(2, CpuMatMulChoice{true, isas.back()});
+    BackendBuffer storage;
+    const WeightView prepared = be->PrepareWeight(w.View(), &storage);
+    ASSERT_EQ(prepared.dtype,
+              f.dtype == WeightDtype::kInt8 ? WeightDtype::kInt8Tiles : WeightDtype::kInt4Tiles);
+    ASSERT_EQ(storage.bytes(), w.bytes.size() + (w.scales.size() + w.zeros.size()) * 2);
+    std::vector<float> out(static_cast<size_t>(rows) * w.out, kNaN);
+    be->MatMul({x.data(), prepared, out.data(), rows, false});
+    ASSERT_EQ(0, std::memcmp(out.data(), batch.data(), out.size() * sizeof(float)));
+  }
+}
+
+// Tiling keeps every weight: the tiled rows decode to the row-major rows'
+// bits, and weights the tiles cannot hold stay as they are.
+TEST(IntMatMul, TilesDecodeToTheSameWeightsAndOnlyWholeTilesAreTiled) {
+  uint32_t seed = 700;
+  for (const FormatCase& f : kIntFormats) {
+    const TestWeight w = MakeWeight(f.dtype, 48, 96, 32, f.symmetric, ++seed);
+    const TiledWeight t = Tile(w);
+    std::vector<float> a(w.in), b(w.in);
+    for (int o = 0; o < w.out; ++o) {
+      cpu::DecodeTiledIntRow(t.view, o, a.data());
+      for (int i = 0; i < w.in; ++i) {
+        ASSERT_EQ(static_cast<double>(a[i]), w.reference[static_cast<size_t>(o) * w.in + i])
+            << Describe(w) << " [" << o << ", " << i << "]";
+      }
+    }
+    auto be = CreateCpuBackend(1, CpuMatMulChoice{true, cpu::IntIsa::kScalar});
+    for (const Shape& s : {Shape{37, 96, 32}, Shape{48, 1024, 1024}, Shape{16, 36, 6}}) {
+      const TestWeight odd = MakeWeight(f.dtype, s.out, s.in, s.group_size, f.symmetric, ++seed);
+      BackendBuffer storage;
+      EXPECT_EQ(be->PrepareWeight(odd.View(), &storage).dtype, f.dtype) << Describe(odd);
+      EXPECT_EQ(storage.data(), nullptr);
+    }
+    auto off = CreateCpuBackend(1, CpuMatMulChoice{false, cpu::IntIsa::kScalar});
+    BackendBuffer storage;
+    EXPECT_EQ(off->PrepareWeight(w.View(), &storage).dtype, f.dtype);
+  }
+}
+
 }  // namespace
 }  // namespace tq::kernels

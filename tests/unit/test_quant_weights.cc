@@ -23,6 +23,7 @@
 #include "engine/quant/quant_config.h"
 #include "engine/quant/quantized_checkpoint.h"
 #include "engine/runtime/generator.h"
+#include "kernels/cpu/weight_decode.h"
 #include "kernels/half.h"
 #include "temp_dir_test.h"
 
@@ -49,7 +50,9 @@ class QuantWeightsTest : public testing::TempDirTest {
  protected:
   void SetUp() override {
     TempDirTest::SetUp();
-    backend_ = kernels::CreateCpuBackend(1);
+    // The float kernels' row-major layout, which the checks below read; the
+    // CPU backend's int tiles are checked against it in IntTilesKeepBytesAndValues.
+    backend_ = kernels::CreateCpuBackend(1, kernels::CpuMatMulChoice{false, {}});
     files_ = LoadModelFiles(TQ_MODEL_DIR);
   }
   LlamaWeights Load(const std::string& dir, const std::string& config_path,
@@ -150,6 +153,38 @@ TEST_F(QuantWeightsTest, LoadTimeW8AndMixQuantizeEveryLinear) {
     }
     EXPECT_THAT(w.MemorySummary(), HasSubstr("bits per weight"));
   }
+}
+
+// The CPU backend's integer kernels load int8/int4 modules as tiles: the
+// same bytes per precision as the row-major load above, and every row
+// decodes to the same weights.
+TEST_F(QuantWeightsTest, IntTilesKeepBytesAndValues) {
+  const std::string cfg = kData + "/quant_stories_mix4b8b.json";
+  // Declared first: after the swap it holds the row backend, which must
+  // outlive `rows` (it frees its buffers).
+  auto other = kernels::CreateCpuBackend(1, kernels::CpuMatMulChoice{true, {}});
+  const LlamaWeights rows = Load(TQ_MODEL_DIR, cfg);
+  std::swap(backend_, other);
+  const LlamaWeights tiles = Load(TQ_MODEL_DIR, cfg);
+  EXPECT_EQ(tiles.BytesByPrecision(), rows.BytesByPrecision());
+  EXPECT_EQ(tiles.total_bytes, rows.total_bytes);
+  int tiled = 0;
+  for (size_t l = 0; l < rows.layers.size(); ++l) {
+    for (auto m : {&LlamaLayerWeights::q_proj, &LlamaLayerWeights::o_proj,
+                   &LlamaLayerWeights::gate_proj, &LlamaLayerWeights::down_proj}) {
+      const LinearWeight& a = rows.layers[l].*m;
+      const LinearWeight& b = tiles.layers[l].*m;
+      EXPECT_EQ(a.bytes(), b.bytes());
+      tiled += kernels::LogicalWeightDtype(b.dtype) != b.dtype;
+      std::vector<float> ra(a.in_features), rb(b.in_features);
+      for (int32_t o = 0; o < a.out_features; ++o) {
+        kernels::cpu::DecodeWeightRow(a.View(), o, ra.data());
+        kernels::cpu::DecodeWeightRow(b.View(), o, rb.data());
+        ASSERT_EQ(0, std::memcmp(ra.data(), rb.data(), ra.size() * sizeof(float))) << l << " " << o;
+      }
+    }
+  }
+  EXPECT_GT(tiled, 0);
 }
 
 TEST_F(QuantWeightsTest, OfflineCheckpointLoadsIdenticalToLoadTime) {
