@@ -303,14 +303,18 @@ TEST_P(CpuOpsTest, MatMul) {
 }
 
 // MatMulParams::bias (nn.Linear's bias, Qwen2's q/k/v): added to every row
-// after the product, on the row-major, panel and quantized kernels alike, with
-// and without accumulate.
+// after the product, on the row-major, panel and quantized kernels alike (int8
+// row-major on the float kernels, and int8 prepared by the backend: its
+// integer-unit tiles where the shape is whole tiles), with and without
+// accumulate.
 TEST_P(CpuOpsTest, MatMulAddsBiasToEveryRow) {
   std::mt19937 rng(5);
-  for (const MatMulCase& c : {MatMulCase{1, 64, 64}, MatMulCase{5, 173, 192}, {17, 64, 33}}) {
-    for (int variant = 0; variant < 6; ++variant) {
+  for (const MatMulCase& c :
+       {MatMulCase{1, 64, 64}, MatMulCase{5, 173, 192}, {17, 64, 33}, {3, 128, 48}}) {
+    for (int variant = 0; variant < 8; ++variant) {
       const bool accumulate = variant & 1;
-      const int kind = variant / 2;  // 0 row-major, 1 prepared (panels), 2 int8
+      // 0 row-major, 1 prepared (panels), 2 int8, 3 int8 prepared (int tiles)
+      const int kind = variant / 2;
       SCOPED_TRACE("rows " + std::to_string(c.rows) + " out " + std::to_string(c.out) + " kind " +
                    std::to_string(kind) + (accumulate ? " accumulate" : ""));
       const std::vector<float> x = RandomVector(rng, static_cast<size_t>(c.rows) * c.in);
@@ -325,7 +329,7 @@ TEST_P(CpuOpsTest, MatMulAddsBiasToEveryRow) {
       p.w.out_features = c.out;
       p.w.in_features = c.in;
       BackendBuffer d_w, packed, d_codes, d_scales;
-      if (kind == 2) {  // symmetric int8, one group per row: w = scale * (code - 128)
+      if (kind >= 2) {  // symmetric int8, one group per row: w = scale * (code - 128)
         for (int32_t o = 0; o < c.out; ++o) {
           scales[o] = FloatToHalf(0.01f);
           for (int32_t i = 0; i < c.in; ++i) {
@@ -340,6 +344,12 @@ TEST_P(CpuOpsTest, MatMulAddsBiasToEveryRow) {
         p.w.dtype = WeightDtype::kInt8;
         p.w.scales = d_scales.as<const uint16_t>();
         p.w.group_size = c.in;
+        if (kind == 3) {
+          p.w = be_->PrepareWeight(p.w, &packed);
+          const bool whole_tiles =
+              CpuMatMulChoiceFromEnv().integer && c.out % kIntTileRows == 0 && c.in % 4 == 0;
+          ASSERT_EQ(p.w.dtype, whole_tiles ? WeightDtype::kInt8Tiles : WeightDtype::kInt8);
+        }
       } else {
         d_w = Upload(be_, w);
         p.w.data = d_w.data();
@@ -365,7 +375,7 @@ TEST_P(CpuOpsTest, MatMulAddsBiasToEveryRow) {
             abs_sum += std::fabs(term);
           }
           // int8 kernels may round the activations (cpukern); dense is fp32 throughout.
-          const double tol = (kind == 2 ? 1e-2 : 1e-5) * abs_sum + 1e-30;
+          const double tol = (kind >= 2 ? 1e-2 : 1e-5) * abs_sum + 1e-30;
           ASSERT_TRUE(Near(got[static_cast<size_t>(r) * c.out + o], want, tol))
               << "row " << r << " col " << o;
         }
