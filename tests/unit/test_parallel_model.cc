@@ -1,6 +1,7 @@
 // Tensor parallelism end to end on the CPU backend: TP=2 and TP=4 must give the
 // greedy tokens of TP=1 for 128 tokens, with logits within 1e-4 (fp32 KV; tq3
-// KV see kTq3Tolerance), plain and with mix4b8b weights, on
+// KV see kTq3Tolerance), plain and with mix4b8b weights (on the CPU's integer
+// matmul kernels see kIntMatMulTolerance), on
 // the bundled stories260K and on random checkpoints written by the test
 // (one whose heads divide by 4, one with 2 KV heads under TP=4). TP=1 is the
 // reference: it is the unsharded forward pass that tq_test_llama checks
@@ -57,25 +58,42 @@ EngineOptions Options(const std::string& dir, kernels::KvDtype dtype, int tp,
   return o;
 }
 
-// Checks TP=2 and TP=4 (or `worlds`) against TP=1.
-void ExpectSameAsOneRank(const std::string& dir, kernels::KvDtype dtype, double tolerance,
-                         std::vector<int> worlds = {2, 4}, const std::string& quant = "") {
+// Quantized weights run on the CPU's float kernels (TQ_CPU_INT_MATMUL=off)
+// within the bounds above, and with fp32 KV on its integer kernels too (the
+// default, docs/quantization.md "Integer matmul"). Those give every TP size
+// the same activation codes for the same input (a row-parallel shard starts
+// and ends on group boundaries; each group is quantized from its own values),
+// so TP=1 and TP=N compute the same integer sums. Their results still differ:
+// the all-reduce reorders the fp32 sum of the shards' partials (by ~1 ulp, as
+// on the float kernels), and an activation of the next layer within that of a
+// rounding boundary of its int8 quantization takes the neighbouring code,
+// which moves its products by one step, d * |w|; from there the two runs
+// differ by the size of the int8-activation rounding itself. Greedy tokens
+// must still be equal; the logits bound is 1e-2 (measured worst 2.5e-3,
+// h8kv4d256 TP=2, already 2.0e-3 at the prefill step). Not checked with
+// tq3 KV, whose step function compounds with this one (measured 0.14 on
+// stories260K, and a different greedy token at TP=4 on h8kv4d256).
+// Bit-identity would need the all-reduce to reproduce TP=1's fp32 sums: open
+// (issue 22).
+constexpr double kIntMatMulTolerance = 1e-2;
+
+// Checks TP=2 and TP=4 (or `worlds`) against TP=1, with the CPU matmul choice
+// `int_matmul` (a TQ_CPU_INT_MATMUL value; empty: the default).
+void ExpectSameAsOneRankWith(const std::string& dir, kernels::KvDtype dtype, double tolerance,
+                             const std::vector<int>& worlds, const std::string& quant,
+                             const std::string& int_matmul) {
   const std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 425};
-  // Quantized weights on the CPU's float kernels: with its integer kernels
-  // (the default, docs/quantization.md "Integer matmul") TP=2/4 logits differ
-  // from TP=1 by up to 2.5e-3 (max |logit| 1.19; greedy tokens equal), the
-  // size of the int8-activation rounding, not of a reordered sum: open
-  // (issue 22), so these bounds check the float path.
-  if (!quant.empty()) setenv("TQ_CPU_INT_MATMUL", "off", 1);
+  if (!int_matmul.empty()) setenv("TQ_CPU_INT_MATMUL", int_matmul.c_str(), 1);
   struct Unset {
     ~Unset() { unsetenv("TQ_CPU_INT_MATMUL"); }
   } unset;
   const GreedyRun want = Greedy(Options(dir, dtype, 1, quant), prompt);
   for (int world : worlds) {
-    SCOPED_TRACE("tensor-parallel-size " + std::to_string(world));
+    SCOPED_TRACE("tensor-parallel-size " + std::to_string(world) +
+                 " TQ_CPU_INT_MATMUL=" + int_matmul);
     const GreedyRun got = Greedy(Options(dir, dtype, world, quant), prompt);
     ASSERT_EQ(got.tokens, want.tokens);
-    double worst = 0, largest = 0;
+    double worst = 0, largest = 0, prefill = 0;
     for (int step = 0; step < kSteps; ++step) {
       for (float l : want.logits[step]) largest = std::max(largest, std::abs(double{l}));
       ASSERT_EQ(got.logits[step].size(), want.logits[step].size());
@@ -83,15 +101,29 @@ void ExpectSameAsOneRank(const std::string& dir, kernels::KvDtype dtype, double 
         worst = std::max(worst,
                          std::abs(static_cast<double>(got.logits[step][i]) - want.logits[step][i]));
       }
+      if (step == 0) prefill = worst;
     }
     EXPECT_LE(worst, tolerance);
     std::printf(
-        "%s %s%s TP=%d: %d greedy tokens equal, max |logit - TP1 logit| = %.3g "
-        "(max |logit| %.3g)\n",
+        "%s %s%s%s TP=%d: %d greedy tokens equal, max |logit - TP1 logit| = %.3g "
+        "(prefill step %.3g; max |logit| %.3g)\n",
         std::filesystem::path(dir).filename().c_str(),
         std::string(kernels::KvDtypeName(dtype)).c_str(),
-        quant.empty() ? "" : (" " + std::filesystem::path(quant).stem().string()).c_str(), world,
-        kSteps, worst, largest);
+        quant.empty() ? "" : (" " + std::filesystem::path(quant).stem().string()).c_str(),
+        int_matmul.empty() ? "" : (" int-matmul " + int_matmul).c_str(), world, kSteps, worst,
+        prefill, largest);
+  }
+}
+
+// Checks TP=2 and TP=4 (or `worlds`) against TP=1; quantized weights on both
+// CPU matmul paths (float kernels within `tolerance`; with fp32 KV also the
+// integer kernels, within kIntMatMulTolerance).
+void ExpectSameAsOneRank(const std::string& dir, kernels::KvDtype dtype, double tolerance,
+                         std::vector<int> worlds = {2, 4}, const std::string& quant = "") {
+  if (quant.empty()) return ExpectSameAsOneRankWith(dir, dtype, tolerance, worlds, quant, "");
+  ExpectSameAsOneRankWith(dir, dtype, tolerance, worlds, quant, "off");
+  if (dtype == kernels::KvDtype::kF32) {
+    ExpectSameAsOneRankWith(dir, dtype, kIntMatMulTolerance, worlds, quant, "on");
   }
 }
 
