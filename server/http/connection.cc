@@ -304,6 +304,8 @@ void Connection::OnResponse(HttpResponse&& response) {
     return;
   }
   deferred_ = std::move(response.deferred);
+  // The handler's headers (CORS, say) also go on the deferred response.
+  deferred_headers_ = std::move(response.headers);
   std::weak_ptr<Connection> weak = weak_from_this();
   const auto executor = socket_.get_executor();
   deferred_->Start([weak, executor, this] {
@@ -343,6 +345,8 @@ void Connection::WriteStreamHeader() {
   head.set(bhttp::field::content_type, "text/event-stream");
   head.set(bhttp::field::cache_control, "no-cache");
   head.set("X-Accel-Buffering", "no");
+  for (auto& [name, value] : deferred_headers_) head.insert(name, value);
+  deferred_headers_.clear();
   head.keep_alive(keep_alive_ && !host_->draining() && !close_after_response_);
   head.chunked(true);
   stream_head_sr_.emplace(head);
@@ -361,6 +365,10 @@ void Connection::Pump() {
     if (deferred_->Pull(nullptr, &whole)) {
       deferred_.reset();
       status_ = whole.status;
+      whole.headers.insert(whole.headers.begin(),
+                           std::make_move_iterator(deferred_headers_.begin()),
+                           std::make_move_iterator(deferred_headers_.end()));
+      deferred_headers_.clear();
       WriteWhole(std::move(whole));
     }
     return;

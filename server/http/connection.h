@@ -11,6 +11,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "server/http/http_message.h"
 #include "server/http/server_state.h"
@@ -114,6 +116,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool pipelined_ = false;  // the peer sent more bytes (the next request)
   // The response under way.
   std::unique_ptr<DeferredBody> deferred_;
+  std::vector<std::pair<std::string, std::string>> deferred_headers_;  // the handler's, until sent
   int status_ = 0;
   bool writing_ = false;
   bool body_done_ = false;  // Pull returned true: the last chunk goes next

@@ -128,12 +128,13 @@ class HttpServer::Impl final : public ConnectionHost {
   void Handle(HttpRequest&& request, std::function<void(HttpResponse&&)> original_done) override {
     // CORS headers (--allowed-origins) go on every response to an allowed Origin.
     auto cors = guard::ResponseHeaders(state_.options().guard, GuardView(request));
-    std::function<void(HttpResponse&&)> done =
-        cors.empty() ? std::move(original_done)
-                     : [cors = std::move(cors), inner = std::move(original_done)](HttpResponse&& r) {
-                         for (const auto& [name, value] : cors) r.set_header(name, value);
-                         inner(std::move(r));
-                       };
+    std::function<void(HttpResponse &&)> done =
+        cors.empty()
+            ? std::move(original_done)
+            : [cors = std::move(cors), inner = std::move(original_done)](HttpResponse&& r) {
+                for (const auto& [name, value] : cors) r.set_header(name, value);
+                inner(std::move(r));
+              };
     HttpResponse res;
     for (const RequestGuard& guard : guards_) {
       // Request guards (issue 20: API keys, content types, limits) run here,

