@@ -32,6 +32,8 @@ std::string_view KvDtypeName(KvDtype dtype) {
       return "tq3";
     case KvDtype::kTq4:
       return "tq4";
+    case KvDtype::kTqK3V2:
+      return "tqk3v2";
   }
   return "?";
 }
@@ -40,10 +42,11 @@ bool ParseKvDtype(std::string_view name, KvDtype* out) {
   static constexpr struct {
     std::string_view name;
     KvDtype dtype;
-  } kNames[] = {{"fp32", KvDtype::kF32},      {"float32", KvDtype::kF32}, {"fp16", KvDtype::kF16},
-                {"float16", KvDtype::kF16},   {"half", KvDtype::kF16},    {"bf16", KvDtype::kBF16},
-                {"bfloat16", KvDtype::kBF16}, {"int8", KvDtype::kInt8},   {"int4", KvDtype::kInt4},
-                {"tq3", KvDtype::kTq3},       {"tq4", KvDtype::kTq4}};
+  } kNames[] = {
+      {"fp32", KvDtype::kF32},      {"float32", KvDtype::kF32}, {"fp16", KvDtype::kF16},
+      {"float16", KvDtype::kF16},   {"half", KvDtype::kF16},    {"bf16", KvDtype::kBF16},
+      {"bfloat16", KvDtype::kBF16}, {"int8", KvDtype::kInt8},   {"int4", KvDtype::kInt4},
+      {"tq3", KvDtype::kTq3},       {"tq4", KvDtype::kTq4},     {"tqk3v2", KvDtype::kTqK3V2}};
   for (const auto& n : kNames) {
     if (n.name == name) {
       *out = n.dtype;
@@ -54,10 +57,10 @@ bool ParseKvDtype(std::string_view name, KvDtype* out) {
 }
 
 int32_t TqKeyBits(KvDtype dtype) {
-  return dtype == KvDtype::kTq3 ? 3 : dtype == KvDtype::kTq4 ? 4 : 0;
+  return dtype == KvDtype::kTq3 || dtype == KvDtype::kTqK3V2 ? 3 : dtype == KvDtype::kTq4 ? 4 : 0;
 }
 int32_t TqValueBits(KvDtype dtype) {
-  return dtype == KvDtype::kTq3 || dtype == KvDtype::kTq4 ? 3 : 0;
+  return dtype == KvDtype::kTq3 || dtype == KvDtype::kTq4 ? 3 : dtype == KvDtype::kTqK3V2 ? 2 : 0;
 }
 
 namespace {
@@ -75,6 +78,7 @@ KvRecord Record(KvDtype dtype, int32_t head_dim, int32_t tq_bits) {
       return {(d + 1) / 2, 4};
     case KvDtype::kTq3:
     case KvDtype::kTq4:
+    case KvDtype::kTqK3V2:
       return {static_cast<uint32_t>(PlaneBytes(head_dim, tq_bits)), 2};
   }
   return {};

@@ -17,17 +17,23 @@ class Rotation;
 /// - kTq3/kTq4: TurboQuant-style (DESIGN.md "KV cache"): fp16 norm + 3-bit
 ///   Lloyd–Max codes of the rotated unit vector (tq4: keys at 4 bits); keys
 ///   stored before RoPE after per-channel normalization (KVQuant).
-enum class KvDtype : uint8_t { kF32, kF16, kBF16, kInt8, kInt4, kTq3, kTq4 };
+/// - kTqK3V2: as kTq3 with 2-bit values (4 Lloyd–Max levels): 2.625 bits per
+///   element at head_dim 128 (docs/kv-cache.md). CPU only.
+enum class KvDtype : uint8_t { kF32, kF16, kBF16, kInt8, kInt4, kTq3, kTq4, kTqK3V2 };
 
 /// Bytes of one stored element for the uncompressed formats; 0 otherwise.
 size_t KvDtypeElementBytes(KvDtype dtype);
-/// "fp32", "fp16", "bf16", "int8", "int4", "tq3", "tq4".
+/// "fp32", "fp16", "bf16", "int8", "int4", "tq3", "tq4", "tqk3v2".
 std::string_view KvDtypeName(KvDtype dtype);
 /// Parses a --kv-cache-dtype value; returns false when unknown.
 bool ParseKvDtype(std::string_view name, KvDtype* out);
 /// True for the formats that store keys before RoPE (RoPE applied in attention).
 inline bool KvStoresPreRopeKeys(KvDtype dtype) {
-  return dtype == KvDtype::kTq3 || dtype == KvDtype::kTq4;
+  return dtype == KvDtype::kTq3 || dtype == KvDtype::kTq4 || dtype == KvDtype::kTqK3V2;
+}
+/// Whether the CUDA backend implements `dtype` (every format but kTqK3V2).
+inline bool KvDtypeSupportedOnCuda(KvDtype dtype) {
+  return dtype != KvDtype::kTqK3V2;
 }
 /// Index bits of the tq formats' keys and values (0 for other formats).
 int32_t TqKeyBits(KvDtype dtype);
@@ -110,7 +116,7 @@ struct KvLayerView {
   void* k = nullptr;
   void* v = nullptr;
   KvLayout layout;
-  const TqLayerCodec* tq = nullptr;  // required for kTq3/kTq4, else unused
+  const TqLayerCodec* tq = nullptr;  // required for the tq formats, else unused
   // Attention sink (tq formats, optional): the first sink_tokens positions of
   // every sequence are also kept exact, fp32, keys before RoPE, indexed by the
   // block that holds them (a sequence's first block):

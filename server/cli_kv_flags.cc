@@ -30,7 +30,7 @@ void AddKvCacheFlags(CLI::App* cmd, EngineOptions* engine, std::string* kv_cache
   cmd->add_option("--kv-cache-dtype", *kv_cache_dtype,
                   "KV cache format: auto (the smallest of tq3, tq4, int8 within "
                   "--kv-quality-budget, measured at start-up), fp32, fp16, bf16, int8, int4, "
-                  "tq3, tq4")
+                  "tq3, tq4, tqk3v2 (CPU only: 3-bit keys, 2-bit values)")
       ->capture_default_str();
   cmd->add_option("--kv-quality-budget", engine->kv_quality_budget,
                   "auto: the largest perplexity ratio to an fp32 cache a format may cost on "
@@ -63,7 +63,7 @@ kernels::KvDtype ParseKvDtypeFlag(const std::string& value) {
   kernels::KvDtype dtype;
   if (!kernels::ParseKvDtype(value, &dtype)) {
     throw Error("--kv-cache-dtype: unknown value '" + value +
-                "' (expected auto, fp32, fp16, bf16, int8, int4, tq3 or tq4)");
+                "' (expected auto, fp32, fp16, bf16, int8, int4, tq3, tq4 or tqk3v2)");
   }
   return dtype;
 }

@@ -448,6 +448,11 @@ LoadedModel LoadModelImpl(const EngineOptions& options, bool with_tokenizer) {
   } catch (const std::runtime_error& e) {
     throw Error(e.what());
   }
+  if (!options.kv_cache_dtype_auto && m.backend->Name() == "cuda" &&
+      !kernels::KvDtypeSupportedOnCuda(options.kv_cache_dtype)) {
+    throw Error("--kv-cache-dtype " + std::string(kernels::KvDtypeName(options.kv_cache_dtype)) +
+                " is CPU-only (no CUDA kernels): use tq3 on CUDA, or --device cpu");
+  }
   m.model = load_rank(m.backend.get(), 0);
   if (m.tp) {
     std::vector<LlamaModel*> peers;

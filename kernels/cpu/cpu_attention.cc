@@ -32,7 +32,7 @@ inline int64_t SlotOf(const int32_t* table, int32_t j, int32_t block_size) {
 }
 
 void CheckTq(const KvLayerView& cache) {
-  const bool tq = cache.layout.dtype == KvDtype::kTq3 || cache.layout.dtype == KvDtype::kTq4;
+  const bool tq = KvStoresPreRopeKeys(cache.layout.dtype);
   if (tq && (cache.tq == nullptr || cache.tq->rotation == nullptr)) {
     throw std::invalid_argument("tq KV cache without its codec");
   }
@@ -183,11 +183,12 @@ inline Codebook MakeCodebook(const float* centroids, int32_t bits) {
   return cb;
 }
 
-// centroids[idx] per lane from the low B bits of idx (higher bits ignored), B <= 4.
+// centroids[idx] per lane from the low B bits of idx (higher bits ignored), 2 <= B <= 4.
 template <int B>
 inline v8f Lookup(const Codebook& cb, v8u idx) {
 #if defined(__AVX2__)
-  const __m256i i = reinterpret_cast<__m256i>(idx);
+  // vpermps reads the low 3 bits; fewer index bits need the rest cleared.
+  const __m256i i = reinterpret_cast<__m256i>(B < 3 ? idx & ((1u << B) - 1u) : idx);
   const __m256 lo = _mm256_permutevar8x32_ps(reinterpret_cast<__m256>(cb.lo), i);
   if constexpr (B <= 3) {
     return reinterpret_cast<v8f>(lo);
@@ -685,12 +686,19 @@ void PagedAttention(const PagedAttentionParams& p, ThreadPool& pool) {
   const auto* kpool = static_cast<const uint8_t*>(p.cache.k);
   const auto* vpool = static_cast<const uint8_t*>(p.cache.v);
 
-  // tq with the randomized Hadamard rotation: the 8-key tile path.
-  // (Bits as instantiated below: tq3 keys/values 3, tq4 keys 4, values 3.)
-  const bool tiled = pre_rope_keys && p.cache.tq->rotation->is_hadamard() && hd >= 8 &&
-                     group <= 64 && p.cache.tq->rope_positions > 0 &&
-                     TqKeyBits(l.dtype) == (l.dtype == KvDtype::kTq4 ? 4 : 3) &&
-                     TqValueBits(l.dtype) == 3;
+  // tq with the randomized Hadamard rotation: the 8-key tile path, one
+  // instantiation per (key bits, value bits): tq3 (3, 3), tq4 (4, 3), tqk3v2 (3, 2).
+  using ItemFn = decltype(&TqAttentionItem<3, 3>);
+  ItemFn item_fn = nullptr;
+  if (pre_rope_keys) {
+    const int32_t kb = TqKeyBits(l.dtype), vb = TqValueBits(l.dtype);
+    item_fn = kb == 3 && vb == 3   ? &TqAttentionItem<3, 3>
+              : kb == 4 && vb == 3 ? &TqAttentionItem<4, 3>
+              : kb == 3 && vb == 2 ? &TqAttentionItem<3, 2>
+                                   : nullptr;
+  }
+  const bool tiled = item_fn != nullptr && p.cache.tq->rotation->is_hadamard() && hd >= 8 &&
+                     group <= 64 && p.cache.tq->rope_positions > 0;
   RopeSteps rope;
   if (tiled) rope = MakeRopeSteps(*p.cache.tq, hd);
   const bool f32 = l.dtype == KvDtype::kF32;
@@ -712,7 +720,6 @@ void PagedAttention(const PagedAttentionParams& p, ThreadPool& pool) {
       scores.assign(static_cast<size_t>(group) * ctx, 0.0f);
       const float* q0 = p.q + (static_cast<int64_t>(t) * p.num_heads + kv_head * group) * hd;
       if (tiled) {
-        auto* item_fn = l.dtype == KvDtype::kTq4 ? &TqAttentionItem<4, 3> : &TqAttentionItem<3, 3>;
         item_fn(p.cache, krec, vrec, table, ctx, kv_head, q0, group, p.scale, rope, scores.data(),
                 out0);
         continue;

@@ -129,6 +129,7 @@ void EncodeRecord(const float* x, const KvLayout& layout, const TqLayerCodec* tq
       return;
     case KvDtype::kTq3:
     case KvDtype::kTq4:
+    case KvDtype::kTqK3V2:
       break;
   }
   // tq: (keys: per-channel normalization) -> norm -> rotate unit vector -> codes.
@@ -189,6 +190,7 @@ void DecodeRecord(const uint8_t* code, const uint8_t* param, const KvLayout& lay
       return;
     case KvDtype::kTq3:
     case KvDtype::kTq4:
+    case KvDtype::kTqK3V2:
       break;
   }
   const bool key = side == KvSide::kKey;

@@ -71,7 +71,7 @@ template <int VPL>
 void LaunchPrefill(const AttnArgs& a, int32_t num_tiles, int32_t num_kv_heads, cudaStream_t stream);
 
 __device__ __forceinline__ bool IsTq(KvDtype d) {
-  return d == KvDtype::kTq3 || d == KvDtype::kTq4;
+  return d == KvDtype::kTq3 || d == KvDtype::kTq4 || d == KvDtype::kTqK3V2;
 }
 
 // A record of the uncompressed and integer formats (as stored; keys after RoPE).

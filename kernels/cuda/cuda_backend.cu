@@ -200,6 +200,10 @@ class CudaBackend final : public Backend {
                                   " > 256 is not supported by the CUDA kernels");
     }
     if (l.num_kv_heads > 65535) throw std::invalid_argument(where + "num_kv_heads > 65535");
+    if (!KvDtypeSupportedOnCuda(l.dtype)) {
+      throw std::invalid_argument(where + "--kv-cache-dtype " + std::string(KvDtypeName(l.dtype)) +
+                                  " is CPU-only (no CUDA kernels); use tq3 on CUDA");
+    }
     if (KvStoresPreRopeKeys(l.dtype) && !cache.tq->rotation->is_hadamard()) {
       throw std::invalid_argument(where + "tq KV cache with head_dim " +
                                   std::to_string(l.head_dim) +

@@ -178,6 +178,7 @@ __global__ void KvWriteKernel(KvWriteArgs a) {
       return;
     case KvDtype::kTq3:
     case KvDtype::kTq4:
+    case KvDtype::kTqK3V2:  // refused by CudaBackend::CheckKvLimits before any launch
       break;
   }
   if (key) {  // per-channel normalization of the pre-RoPE key (KVQuant)

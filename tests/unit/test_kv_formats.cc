@@ -1,4 +1,4 @@
-// The quantized KV formats (int8, int4, tq3, tq4): sizes, reconstruction
+// The quantized KV formats (int8, int4, tq3, tq4, tqk3v2): sizes, reconstruction
 // error, and paged attention over the codes against a slow reference that
 // decodes the bytes itself from the layout in docs/kv-cache.md.
 #include <gtest/gtest.h>
@@ -44,6 +44,9 @@ TEST(KvFormats, BitsPerElementIncludeTheParameters) {
   EXPECT_DOUBLE_EQ(kernels::KvBitsPerElement(KvDtype::kTq3, 8), 5.0);
   // tq4: keys 4 + 16/d, values 3 + 16/d.
   EXPECT_DOUBLE_EQ(kernels::KvBitsPerElement(KvDtype::kTq4, 128), 3.625);
+  // tqk3v2: keys 3 + 16/d, values 2 + 16/d.
+  EXPECT_DOUBLE_EQ(kernels::KvBitsPerElement(KvDtype::kTqK3V2, 128), 2.625);
+  EXPECT_DOUBLE_EQ(kernels::KvBitsPerElement(KvDtype::kTqK3V2, 8), 4.5);
   // int8 / int4: fp16 scale + fp16 zero per vector.
   EXPECT_DOUBLE_EQ(kernels::KvBitsPerElement(KvDtype::kInt8, 128), 8.25);
   EXPECT_DOUBLE_EQ(kernels::KvBitsPerElement(KvDtype::kInt4, 128), 4.25);
@@ -70,10 +73,10 @@ TEST(KvFormats, Tq3HoldsAtLeast4point9TimesTheTokensOfFp16) {
 
 // Mean |x - x̂|² of random unit vectors through the value codec (rotated
 // accumulation undone by Rᵀ), as in TurboQuant's MSE bound.
-double Tq3ValueMse(int32_t d, int n) {
+double TqValueMse(KvDtype dtype, int32_t d, int n) {
   const ModelConfig c = SmallConfig(d, 1);
-  TqCodecState state(c, KvDtype::kTq3, 8, {}, {});
-  kernels::KvLayout l{KvDtype::kTq3, 1, 1, 1, d};
+  TqCodecState state(c, dtype, 8, {}, {});
+  kernels::KvLayout l{dtype, 1, 1, 1, d};
   const kernels::KvRecord rec = l.VRecord();
   std::vector<uint8_t> record(rec.bytes());
   std::vector<float> x(d), y(d), scratch(2 * d);
@@ -98,10 +101,23 @@ double Tq3ValueMse(int32_t d, int n) {
 }
 
 TEST(KvFormats, Tq3MseOnUnitVectorsIsNearTheOptimum) {
-  const double mse = Tq3ValueMse(128, 4000);
+  const double mse = TqValueMse(KvDtype::kTq3, 128, 4000);
   std::printf("tq3 MSE on unit vectors, d=128: %.5f\n", mse);
   EXPECT_LE(mse, 0.035);  // the Lloyd–Max optimum for this density is ≈ 0.034
   EXPECT_GE(mse, 0.030);
+}
+
+// tqk3v2 values: 4 Lloyd–Max levels. Max (1960, Table I) gives the 2-bit
+// optimum for a Gaussian coordinate as D = 0.1175 (relative to its variance;
+// 0.03454 at 3 bits). The codec stores |x| / |ĉ|, so the reconstruction has
+// the length of x and its error is 2 - 2 E[x·ĉ] / |ĉ| = 2 - 2 sqrt(1 - D) =
+// 0.121 (0.0348 at 3 bits); the sphere's coordinate density at d = 128 is a
+// little lighter-tailed than the Gaussian, so slightly less.
+TEST(KvFormats, TqK3V2ValueMseOnUnitVectorsIsNearTheTwoBitOptimum) {
+  const double mse = TqValueMse(KvDtype::kTqK3V2, 128, 4000);
+  std::printf("tqk3v2 value MSE on unit vectors, d=128: %.5f\n", mse);
+  EXPECT_LE(mse, 0.125);
+  EXPECT_GE(mse, 0.110);
 }
 
 TEST(KvFormats, IntFormatsRoundTripWithinHalfAStep) {
@@ -194,7 +210,7 @@ std::vector<double> ReferenceAttention(const float* q, int32_t t, int32_t d,
 }
 
 TEST(KvFormats, TqAttentionEqualsAttentionOverDequantizedVectors) {
-  for (KvDtype dtype : {KvDtype::kTq3, KvDtype::kTq4}) {
+  for (KvDtype dtype : {KvDtype::kTq3, KvDtype::kTq4, KvDtype::kTqK3V2}) {
     for (int32_t d : {128, 8, 96}) {
       SCOPED_TRACE(std::string(kernels::KvDtypeName(dtype)) + " d " + std::to_string(d));
       const int32_t kv_heads = 2, group = 2, heads = kv_heads * group, block = 16, ctx = 37;
