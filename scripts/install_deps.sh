@@ -32,6 +32,7 @@ if [ "${TQ_DEPS:-all}" != build ]; then
     prometheus               # promtool and the Prometheus server of the deploy tests
     python3-jinja2           # reference renderer for the chat template tests
     python3-yaml             # deploy tests: parse the rendered Kubernetes manifests
+    python3-jsonschema       # structured-output conformance: validate sampled JSON
   )
   # node and npm run the integration tests with the real `openai` client; a
   # node installed another way (e.g. NodeSource) is used as it is.

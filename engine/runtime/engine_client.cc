@@ -13,6 +13,8 @@
 #include "engine/common/error.h"
 #include "engine/runtime/engine_core.h"
 #include "engine/runtime/model_loader.h"
+#include "engine/structured/grammar_cache.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace tq {
 namespace {
@@ -72,6 +74,8 @@ struct EngineClient::State {
   EngineInfo info;
   std::unique_ptr<EngineCore> core;  // engine thread only
   std::thread thread;
+  std::once_flag grammars_once;
+  std::unique_ptr<structured::GrammarCache> grammars;  // built on first use
 
   std::mutex mu;  // guards everything below
   std::condition_variable cv;
@@ -254,6 +258,18 @@ const Tokenizer& EngineClient::tokenizer() const {
 }
 const ModelFiles& EngineClient::files() const {
   return state_->model.files;
+}
+
+structured::GrammarCache& EngineClient::grammars() const {
+  State& s = *state_;
+  std::call_once(s.grammars_once, [&s] {
+    std::vector<int32_t> eos = s.model.files.config.eos_token_ids;
+    if (s.model.tokenizer->eos_id() >= 0) eos.push_back(s.model.tokenizer->eos_id());
+    s.grammars =
+        std::make_unique<structured::GrammarCache>(std::make_shared<structured::TokenVocabulary>(
+            structured::TokenizerBytes(*s.model.tokenizer), std::move(eos)));
+  });
+  return *s.grammars;
 }
 
 }  // namespace tq

@@ -12,6 +12,9 @@
 namespace tq {
 
 class Tokenizer;
+namespace structured {
+class GrammarCache;
+}
 struct EngineOptions;
 struct ModelFiles;
 
@@ -67,6 +70,10 @@ class EngineClient {
   /// The model's tokenizer and files (thread-safe to read).
   const Tokenizer& tokenizer() const;
   const ModelFiles& files() const;
+  /// Compiled structured-output constraints for this model's vocabulary
+  /// (built on first use; thread-safe). Front ends compile a request's
+  /// constraint here, on their own thread, before Submit.
+  structured::GrammarCache& grammars() const;
 
  private:
   struct State;

@@ -181,7 +181,8 @@ ModelOutput LlamaModelRunner::Execute(const ScheduleOutput& scheduled) {
       b.token_seq.push_back(static_cast<int32_t>(i));
       b.slot_mapping.push_back(s.block_table.at(pos / block_size) * block_size + pos % block_size);
     }
-    rows[i].candidates = use_candidates_ && s.sample && !states[i]->sampler.has_penalties();
+    rows[i].candidates =
+        use_candidates_ && s.sample && !states[i]->sampler.has_penalties() && !states[i]->matcher;
   }
   // Logit rows: every sampling row first, in sequence order (one block for
   // LogitsTopK; a pure decode batch keeps logit_indices[t] == t, which CUDA
@@ -267,7 +268,12 @@ ModelOutput LlamaModelRunner::Execute(const ScheduleOutput& scheduled) {
     if (!token) {
       std::vector<float> raw;
       if (state.num_logprobs >= 0) raw.assign(logits.begin(), logits.end());
+      if (state.matcher) {
+        state.matcher->FillMask(&mask_);
+        structured::ApplyTokenMask(logits, mask_);
+      }
       token = state.sampler.Sample(logits, state.prompt, state.output);
+      if (state.matcher) state.matcher->AcceptToken(token->token);
       if (state.num_logprobs >= 0)
         logprobs = ComputeLogprobs(raw, token->token, state.num_logprobs);
     } else if (state.num_logprobs >= 0 && !logprobs) {

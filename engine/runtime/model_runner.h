@@ -11,6 +11,7 @@
 #include "engine/model/llama_model.h"
 #include "engine/runtime/schedule_output.h"
 #include "engine/sampling/sampler.h"
+#include "engine/structured/token_mask.h"
 
 namespace tq {
 
@@ -38,7 +39,9 @@ class ModelRunner {
 /// penalties and copies only those candidates, plus the full row of a
 /// sequence whose candidates cannot decide exactly (same tokens, logprobs and
 /// RNG stream as kHost). kAuto picks kCandidates on a non-CPU backend with
-/// vocab >= kCandidateSamplingMinVocab and no tensor parallelism.
+/// vocab >= kCandidateSamplingMinVocab and no tensor parallelism. Rows with
+/// a grammar (SamplingParams::grammar) always take the full row: their mask
+/// sets disallowed logits to -inf on the host before the Sampler runs.
 enum class SamplingPath : uint8_t { kAuto, kHost, kCandidates };
 constexpr int32_t kCandidateSamplingMinVocab = 32768;
 /// Candidates per row when no request needs more (top_k, logprobs): the
@@ -62,8 +65,13 @@ class LlamaModelRunner : public ModelRunner {
         : sampler(data.sampling),
           prompt(data.prompt_ids),
           num_logprobs(data.num_logprobs),
-          prompt_logprobs(data.prompt_logprobs) {}
+          prompt_logprobs(data.prompt_logprobs) {
+      if (data.sampling.grammar) {
+        matcher = std::make_unique<structured::GrammarMatcher>(data.sampling.grammar);
+      }
+    }
     Sampler sampler;
+    std::unique_ptr<structured::GrammarMatcher> matcher;  // structured output, else null
     std::vector<int32_t> prompt;
     std::vector<int32_t> output;
     int32_t num_logprobs;
@@ -85,8 +93,9 @@ class LlamaModelRunner : public ModelRunner {
   PagedKvCache* cache_;
   bool use_candidates_ = false;
   std::unordered_map<SeqId, std::unique_ptr<RequestState>> requests_;
-  ForwardBatch batch_;         // reused between steps
-  std::vector<float> logits_;  // [logit rows, vocab], host copies of the rows needed
+  ForwardBatch batch_;          // reused between steps
+  std::vector<float> logits_;   // [logit rows, vocab], host copies of the rows needed
+  std::vector<uint64_t> mask_;  // a constrained row's allowed tokens (reused)
   CandidateRows cand_;
   // LogitsTopK inputs and outputs in backend memory, grown on demand.
   kernels::BackendBuffer dev_inv_t_, dev_ids_, dev_values_, dev_sums_;

@@ -76,6 +76,7 @@ GenerationParams ParseGenerationParams(const json& body, const ModelContext& ctx
 
   p.n = static_cast<int32_t>(GetInt(body, "n", 1, kMaxN).value_or(1));
   RejectUnimplementedFields(body, p.n);
+  p.constraint = ParseConstraint(body);
   if (const json* stop = FindField(body, "stop"); stop != nullptr && stop->is_array()) {
     if (auto refusal = guard::CheckStopCount(stop->size(), "stop")) throw Refused(*refusal);
   }

@@ -9,6 +9,7 @@
 
 #include "engine/model/model_config.h"
 #include "engine/sampling/sampling_params.h"
+#include "server/http/structured_request.h"
 
 namespace tq::http {
 
@@ -40,6 +41,9 @@ struct GenerationParams {
   bool include_usage = false;  // stream_options.include_usage
   int32_t priority = 0;        // vLLM extension: lower runs first
   std::string user;            // accepted, logged only
+  // Structured output (response_format, structured_outputs, guided_*); the
+  // route compiles it into sampling.grammar.
+  std::optional<RequestConstraint> constraint;
 };
 
 /// Reads and validates the shared fields of `body` (a JSON object). Unknown

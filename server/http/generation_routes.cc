@@ -170,7 +170,10 @@ void Run(ServerState& state, HttpResponse& res, EngineClient& engine,
 
 void HandleCompletions(ServerState& state, const HttpRequest& req, HttpResponse& res) {
   EngineClient& engine = state.ReadyEngine();
-  const CompletionRequest r = ParseCompletionRequest(ParseJsonBody(req), state.model());
+  CompletionRequest r = ParseCompletionRequest(ParseJsonBody(req), state.model());
+  if (r.params.constraint) {
+    r.params.sampling.grammar = CompileConstraint(*r.params.constraint, engine.grammars());
+  }
   const Tokenizer& tokenizer = engine.tokenizer();
 
   auto endpoint = std::make_shared<Endpoint>();
@@ -205,7 +208,10 @@ void HandleCompletions(ServerState& state, const HttpRequest& req, HttpResponse&
 
 void HandleChatCompletions(ServerState& state, const HttpRequest& req, HttpResponse& res) {
   EngineClient& engine = state.ReadyEngine();
-  const ChatRequest r = ParseChatRequest(ParseJsonBody(req), state.model());
+  ChatRequest r = ParseChatRequest(ParseJsonBody(req), state.model());
+  if (r.params.constraint) {
+    r.params.sampling.grammar = CompileConstraint(*r.params.constraint, engine.grammars());
+  }
   const Tokenizer& tokenizer = engine.tokenizer();
   std::vector<int32_t> ids;
   try {

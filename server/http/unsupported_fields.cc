@@ -38,11 +38,7 @@ constexpr AlwaysRefused kAlwaysRefused[] = {
     {"allowed_token_ids", true, "not implemented"},
     {"logits_processors", true, "not implemented"},
     {"truncate_prompt_tokens", false, "not implemented"},
-    {"guided_json", false, "guided decoding is not implemented yet"},
-    {"guided_regex", false, "guided decoding is not implemented yet"},
-    {"guided_choice", false, "guided decoding is not implemented yet"},
-    {"guided_grammar", false, "guided decoding is not implemented yet"},
-    {"structured_outputs", false, "guided decoding is not implemented yet"},
+    {"guided_whitespace_pattern", false, "whitespace in JSON output is fixed (\", \" and \": \")"},
     {"chat_template", false, "only the model's own chat template is used"},
     {"chat_template_kwargs", true, "only the model's own chat template is used"},
     {"documents", true, "not implemented"},
@@ -62,18 +58,6 @@ void CheckToolChoice(const json& body, std::string_view name) {
   // Without tools, "none" and "auto" both mean plain text.
   if (v->is_string() && (*v == "none" || *v == "auto")) return;
   Refuse(std::string(name), "tqserve has no tool calling yet (only \"none\" or \"auto\")");
-}
-
-void CheckResponseFormat(const json& body) {
-  const json* v = FindField(body, "response_format");
-  if (v == nullptr) return;
-  if (!v->is_object()) {
-    throw ApiException(BadRequest("'response_format' must be an object, got " + JsonTypeName(*v),
-                                  "response_format"));
-  }
-  const auto type = GetString(*v, "type", "response_format.type");
-  if (type == "text") return;
-  Refuse("response_format", "only {\"type\": \"text\"} is implemented");
 }
 
 void CheckModalities(const json& body) {
@@ -97,7 +81,6 @@ void RejectUnimplementedFields(const json& body, int64_t n) {
   }
   CheckToolChoice(body, "tool_choice");
   CheckToolChoice(body, "function_call");
-  CheckResponseFormat(body);
   CheckModalities(body);
   if (const auto best_of = GetInt(body, "best_of", 1); best_of && *best_of != n) {
     Refuse("best_of", "only best_of == n is implemented (got " + std::to_string(*best_of) +

@@ -11,7 +11,8 @@ namespace tq::http {
 /// sets a field whose effect tqserve does not implement: tools, tool_choice
 /// other than "none"/"auto" without tools, functions, function_call,
 /// best_of != n, modalities other than ["text"], audio, prediction,
-/// web_search_options, stream_options.continuous_usage_stats, and vLLM
+/// web_search_options, stream_options.continuous_usage_stats,
+/// guided_whitespace_pattern, and vLLM
 /// sampling extensions (min_tokens, bad_words, allowed_token_ids, beam
 /// search, logits_processors, ...). Absent and null mean "not set". Fields
 /// that change nothing the client gets (user, store, metadata,

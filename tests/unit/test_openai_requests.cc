@@ -430,6 +430,15 @@ const Case kCases[] = {
     {R"({"stream": true, "stream_options": {"continuous_usage_stats": false}})", ""},
     {R"({"response_format": {"type": "text"}})", ""},
     {R"({"response_format": "json"})", "response_format"},
+    {R"({"response_format": {"type": "xml"}})", "response_format.type"},
+    {R"({"response_format": {"type": "json_schema"}})", "response_format.json_schema"},
+    {R"({"response_format": {"type": "json_object"}})", ""},
+    {R"({"response_format": {"type": "json_object"}, "guided_regex": "a"})", "guided_regex"},
+    {R"({"guided_choice": []})", "guided_choice"},
+    {R"({"guided_json": "not json"})", "guided_json"},
+    {R"({"structured_outputs": {"regex": "a", "json": {}}})", "structured_outputs.regex"},
+    {R"({"structured_outputs": {"xml": "a"}})", "structured_outputs.xml"},
+    {R"({"guided_whitespace_pattern": " "})", "guided_whitespace_pattern"},
     {R"({"min_tokens": 3})", "min_tokens"},
     {R"({"min_tokens": 0})", ""},
     {R"({"use_beam_search": true})", "use_beam_search"},
@@ -452,6 +461,30 @@ TEST(OpenAiFieldStatus, UnimplementedOutputFieldsAre400OnBothEndpoints) {
     EXPECT_EQ(ParamOf([&] { ParseChatRequest(Chat(c.extra), Ctx()); }), c.param)
         << "chat " << c.extra;
   }
+}
+
+TEST(OpenAiFieldStatus, ConstraintFieldsGiveOneConstraint) {
+  using Kind = structured::ConstraintSpec::Kind;
+  const auto c = ParseChatRequest(Chat(R"({"response_format": {"type": "json_schema",
+      "json_schema": {"name": "x", "schema": {"type": "integer"}, "strict": true}}})"),
+                                  Ctx())
+                     .params.constraint;
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->spec.kind, Kind::kJsonSchema);
+  EXPECT_EQ(json::parse(c->spec.text), json::parse(R"({"type": "integer"})"));
+  const auto g = ParseCompletionRequest(Completion(R"({"guided_choice": ["a", "b"]})"), Ctx())
+                     .params.constraint;
+  ASSERT_TRUE(g.has_value());
+  EXPECT_EQ(g->spec.kind, Kind::kChoice);
+  EXPECT_EQ(g->param, "guided_choice");
+  const auto so =
+      ParseCompletionRequest(Completion(R"({"structured_outputs": {"regex": "[0-9]+"}})"), Ctx())
+          .params.constraint;
+  ASSERT_TRUE(so.has_value());
+  EXPECT_EQ(so->spec.kind, Kind::kRegex);
+  EXPECT_EQ(so->spec.text, "[0-9]+");
+  EXPECT_FALSE(ParseChatRequest(Chat(R"({"response_format": {"type": "text"}})"), Ctx())
+                   .params.constraint.has_value());
 }
 
 TEST(OpenAiFieldStatus, MessageNamesTheField) {

@@ -1,0 +1,58 @@
+// Context-free grammars over bytes: the representation the matcher runs, and
+// the GBNF-like text form that every constraint compiles through.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tq::structured {
+
+/// A set of byte values (bit b of word b / 64).
+using ByteSet = std::array<uint64_t, 4>;
+
+inline bool ByteSetHas(const ByteSet& s, uint8_t b) {
+  return (s[b >> 6] >> (b & 63)) & 1;
+}
+
+/// A grammar flattened for matching, llama.cpp-GBNF style: each rule is a list
+/// of alternatives, each alternative a sequence of elements ending in kEnd.
+/// Positions index `elements`; an alternative starts at rules[r][i]. kBytes
+/// matches one byte of classes[arg]; kRef expands rule arg. Immutable after
+/// ParseGrammar; shared read-only between threads.
+struct Grammar {
+  enum class Kind : uint8_t { kBytes, kRef, kEnd };
+  struct Element {
+    Kind kind = Kind::kEnd;
+    int32_t arg = 0;
+  };
+  std::vector<Element> elements;
+  std::vector<ByteSet> classes;
+  std::vector<std::vector<int32_t>> rules;  // rule -> alternative start positions
+  std::vector<std::string> rule_names;
+  int32_t root = 0;
+};
+
+/// Limits that bound the size of a compiled grammar (bad input gets an
+/// error, never unbounded memory).
+inline constexpr int32_t kMaxRepetition = 4096;  // {m,n} bounds
+inline constexpr size_t kMaxGrammarElements = 1 << 20;
+
+/// Parses the text form (UTF-8): rules `name ::= alternatives`, where an
+/// alternative is a sequence of "literal" strings (escapes \n \r \t \\ \" \'
+/// \[ \] \- \^ and \xHH \uHHHH \UHHHHHHHH for code points), [character classes] (ranges, leading ^
+/// negates, same escapes),
+/// `.` (any character but \n), rule names, ( groups ), each optionally followed
+/// by * + ? {m} {m,} {m,n}; `|` separates alternatives; # starts a comment.
+/// Characters are Unicode code points, matched as their UTF-8 bytes. The start
+/// rule is `root`. Throws tq::Error naming the problem (syntax with its
+/// offset, an undefined rule, left recursion, size limits).
+Grammar ParseGrammar(std::string_view text);
+
+/// The GBNF literal for UTF-8 `text` (quotes included): ", \\ and control
+/// characters escaped, everything else as is.
+std::string GbnfLiteral(std::string_view text);
+
+}  // namespace tq::structured

@@ -1,0 +1,84 @@
+// Constraint compilation with an LRU cache (see grammar_cache.h).
+#include "engine/structured/grammar_cache.h"
+
+#include <nlohmann/json.hpp>
+
+#include "engine/common/error.h"
+#include "engine/structured/json_schema.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace tq::structured {
+
+std::string ConstraintGrammarText(const ConstraintSpec& spec) {
+  switch (spec.kind) {
+    case ConstraintSpec::Kind::kJsonObject:
+      return JsonObjectGrammar();
+    case ConstraintSpec::Kind::kJsonSchema:
+      return JsonSchemaGrammar(nlohmann::json::parse(spec.text));
+    case ConstraintSpec::Kind::kRegex:
+      return RegexGrammar(spec.text);
+    case ConstraintSpec::Kind::kChoice:
+      return ChoiceGrammar(nlohmann::json::parse(spec.text).get<std::vector<std::string>>());
+    case ConstraintSpec::Kind::kGrammar:
+      return spec.text;
+  }
+  return spec.text;
+}
+
+std::vector<std::string> TokenizerBytes(const Tokenizer& tokenizer) {
+  std::vector<std::string> out(static_cast<size_t>(tokenizer.vocab_size()));
+  static const std::string kSpace = "\xe2\x96\x81";  // ▁
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+    const std::string piece = tokenizer.IdToPiece(id);
+    const int32_t one[] = {id};
+    if (tokenizer.Decode(one).empty() || piece == "<unk>") continue;  // control / unknown
+    if (piece.size() == 6 && piece.rfind("<0x", 0) == 0 && piece.back() == '>') {
+      out[static_cast<size_t>(id)] =
+          std::string(1, static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16)));
+      continue;
+    }
+    std::string bytes;
+    for (size_t i = 0; i < piece.size();) {
+      if (piece.compare(i, kSpace.size(), kSpace) == 0) {
+        bytes += ' ';
+        i += kSpace.size();
+      } else {
+        bytes += piece[i++];
+      }
+    }
+    out[static_cast<size_t>(id)] = std::move(bytes);
+  }
+  return out;
+}
+
+GrammarCache::GrammarCache(std::shared_ptr<const TokenVocabulary> vocab, size_t capacity)
+    : vocab_(std::move(vocab)), capacity_(capacity) {}
+
+std::shared_ptr<const CompiledGrammar> GrammarCache::Get(const ConstraintSpec& spec) {
+  const std::string key = std::to_string(static_cast<int>(spec.kind)) + ":" + spec.text;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (const auto it = index_.find(key); it != index_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return it->second->second;
+    }
+  }
+  auto compiled =
+      std::make_shared<const CompiledGrammar>(ParseGrammar(ConstraintGrammarText(spec)), vocab_);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (const auto it = index_.find(key); it != index_.end()) return it->second->second;
+  lru_.emplace_front(key, compiled);
+  index_[key] = lru_.begin();
+  while (lru_.size() > capacity_) {
+    index_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+  return compiled;
+}
+
+size_t GrammarCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lru_.size();
+}
+
+}  // namespace tq::structured
