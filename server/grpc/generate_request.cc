@@ -1,6 +1,10 @@
 // Generate request validation (see generate_request.h).
 #include "server/grpc/generate_request.h"
 
+#include <nlohmann/json.hpp>
+
+#include "engine/common/error.h"
+#include "engine/structured/json_schema.h"
 #include "server/grpc/grpc_status.h"
 
 namespace tq::grpc_api {
@@ -129,6 +133,64 @@ GenerateParams ParseGenerateRequest(const tqserve::v1::GenerateRequest& request,
     throw Refused("sampling.logprobs", *refusal);
   }
   return out;
+}
+
+void ReadStructuredOutput(const tqserve::v1::GenerateRequest& request,
+                          structured::GrammarCache& cache, GenerateParams* params) {
+  if (!request.sampling().has_structured_output()) return;
+  using Out = tqserve::v1::StructuredOutput;
+  using Kind = structured::ConstraintSpec::Kind;
+  const Out& so = request.sampling().structured_output();
+  structured::ConstraintSpec spec;
+  std::string field = "sampling.structured_output.";
+  switch (so.kind_case()) {
+    case Out::kJsonSchema: {
+      field += "json_schema";
+      const auto schema = nlohmann::json::parse(so.json_schema(), nullptr, false);
+      if (!schema.is_object() && !schema.is_boolean()) {
+        throw InvalidArgument(field, "must be a JSON Schema object as JSON text");
+      }
+      spec.kind = Kind::kJsonSchema;
+      spec.text = schema.dump();
+      break;
+    }
+    case Out::kJsonObject:
+      field += "json_object";
+      if (!so.json_object()) return;
+      spec.kind = Kind::kJsonObject;
+      spec.text = "";
+      break;
+    case Out::kRegex:
+      field += "regex";
+      spec.kind = Kind::kRegex;
+      spec.text = so.regex();
+      break;
+    case Out::kChoice: {
+      field += "choice";
+      if (so.choice().choices().empty()) throw InvalidArgument(field, "must not be empty");
+      nlohmann::json list = nlohmann::json::array();
+      for (const std::string& c : so.choice().choices()) list.push_back(c);
+      spec.kind = Kind::kChoice;
+      spec.text = list.dump();
+      break;
+    }
+    case Out::kGrammar:
+      field += "grammar";
+      spec.kind = Kind::kGrammar;
+      spec.text = so.grammar();
+      break;
+    case Out::KIND_NOT_SET:
+      throw InvalidArgument("sampling.structured_output", "must set one constraint");
+  }
+  try {
+    params->request.sampling.grammar = cache.Get(spec);
+  } catch (const structured::UnsupportedConstraint& e) {
+    throw InvalidArgument(field, std::string(e.what()) + " (unsupported: '" + e.keyword() + "')");
+  } catch (const Error& e) {
+    throw InvalidArgument(field, e.what());
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidArgument(field, e.what());
+  }
 }
 
 }  // namespace tq::grpc_api

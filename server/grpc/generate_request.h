@@ -11,6 +11,7 @@
 
 #include "engine/model/model_config.h"
 #include "engine/runtime/request.h"
+#include "engine/structured/grammar_cache.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tqserve/v1/generation.pb.h"
 
@@ -57,5 +58,12 @@ void CheckPromptText(const std::string& text, const ModelLimits& limits, const s
 /// input, out-of-range values or a prompt too long.
 GenerateParams ParseGenerateRequest(const tqserve::v1::GenerateRequest& request,
                                     const ModelLimits& limits, const Tokenizer& tokenizer);
+
+/// Compiles `request.sampling.structured_output` (when set) through `cache`
+/// into sampling.grammar; a non-empty kind is required. Throws RpcError
+/// INVALID_ARGUMENT "sampling.structured_output.<kind> ..." naming the
+/// unsupported schema keyword or the grammar problem.
+void ReadStructuredOutput(const tqserve::v1::GenerateRequest& request,
+                          structured::GrammarCache& cache, GenerateParams* params);
 
 }  // namespace tq::grpc_api

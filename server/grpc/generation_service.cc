@@ -142,6 +142,7 @@ grpc::Status GenerationServiceImpl::Generate(grpc::ServerContext* context,
     EngineClient& engine = ReadyEngine();
     InFlight in_flight(this);
     GenerateParams params = ParseGenerateRequest(*request, limits_, engine.tokenizer());
+    ReadStructuredOutput(*request, engine.grammars(), &params);
     id = NewRequestId();
     params.request.request_id = id;
     prompt_tokens = static_cast<int32_t>(params.request.prompt_ids.size());

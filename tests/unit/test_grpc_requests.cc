@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/model/model_config.h"
+#include "engine/structured/token_mask.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "grpc_test_util.h"
 #include "server/grpc/generate_request.h"
@@ -463,6 +464,39 @@ TEST_F(GrpcRequests, LogprobsCarryIdsValuesAndTokenBytes) {
   EXPECT_EQ(m.logprobs(1).top_logprobs_size(), 0);
   EXPECT_EQ(TokenBytes(*tokenizer_, kBos), "<s>");
   EXPECT_EQ(TokenBytes(*tokenizer_, 512), "");
+}
+
+TEST_F(GrpcRequests, StructuredOutputCompilesOrNamesTheKeyword) {
+  structured::GrammarCache cache(std::make_shared<structured::TokenVocabulary>(
+      structured::TokenizerBytes(*tokenizer_), std::vector<int32_t>{tokenizer_->eos_id()}));
+  // The vocabulary's bytes spell what sentencepiece decodes (its leading
+  // dummy-prefix space included).
+  const std::vector<int32_t> ids = tokenizer_->Encode("Lily saw a big dog.", false);
+  std::string bytes;
+  for (int32_t id : ids) bytes += cache.vocab().bytes(id);
+  EXPECT_EQ(bytes, " " + tokenizer_->Decode(ids));
+
+  pb::GenerateRequest r;
+  r.set_text("x");
+  GenerateParams p = ParseGenerateRequest(r, Limits(), *tokenizer_);
+  ReadStructuredOutput(r, cache, &p);
+  EXPECT_EQ(p.request.sampling.grammar, nullptr);  // unset: free text
+  r.mutable_sampling()->mutable_structured_output()->set_regex("[0-9]{2}");
+  ReadStructuredOutput(r, cache, &p);
+  ASSERT_NE(p.request.sampling.grammar, nullptr);
+  structured::GrammarMatcher m(p.request.sampling.grammar);
+  EXPECT_FALSE(m.CanEnd());
+  r.mutable_sampling()->mutable_structured_output()->set_json_schema(
+      R"({"type": "integer", "minimum": 3})");
+  try {
+    ReadStructuredOutput(r, cache, &p);
+    ADD_FAILURE() << "minimum accepted";
+  } catch (const RpcError& e) {
+    EXPECT_EQ(e.code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(std::string(e.what()).rfind("sampling.structured_output.json_schema", 0), 0u)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("'minimum'"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
