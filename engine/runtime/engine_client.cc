@@ -265,9 +265,8 @@ structured::GrammarCache& EngineClient::grammars() const {
   std::call_once(s.grammars_once, [&s] {
     std::vector<int32_t> eos = s.model.files.config.eos_token_ids;
     if (s.model.tokenizer->eos_id() >= 0) eos.push_back(s.model.tokenizer->eos_id());
-    s.grammars =
-        std::make_unique<structured::GrammarCache>(std::make_shared<structured::TokenVocabulary>(
-            structured::TokenizerBytes(*s.model.tokenizer), std::move(eos)));
+    s.grammars = std::make_unique<structured::GrammarCache>(
+        structured::TokenizerVocabulary(*s.model.tokenizer, std::move(eos)));
   });
   return *s.grammars;
 }

@@ -25,30 +25,13 @@ std::string ConstraintGrammarText(const ConstraintSpec& spec) {
   return spec.text;
 }
 
-std::vector<std::string> TokenizerBytes(const Tokenizer& tokenizer) {
-  std::vector<std::string> out(static_cast<size_t>(tokenizer.vocab_size()));
-  static const std::string kSpace = "\xe2\x96\x81";  // ▁
+std::shared_ptr<const TokenVocabulary> TokenizerVocabulary(const Tokenizer& tokenizer,
+                                                           std::vector<int32_t> eos_ids) {
+  std::vector<std::string> bytes(static_cast<size_t>(tokenizer.vocab_size()));
   for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
-    const std::string piece = tokenizer.IdToPiece(id);
-    const int32_t one[] = {id};
-    if (tokenizer.Decode(one).empty() || piece == "<unk>") continue;  // control / unknown
-    if (piece.size() == 6 && piece.rfind("<0x", 0) == 0 && piece.back() == '>') {
-      out[static_cast<size_t>(id)] =
-          std::string(1, static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16)));
-      continue;
-    }
-    std::string bytes;
-    for (size_t i = 0; i < piece.size();) {
-      if (piece.compare(i, kSpace.size(), kSpace) == 0) {
-        bytes += ' ';
-        i += kSpace.size();
-      } else {
-        bytes += piece[i++];
-      }
-    }
-    out[static_cast<size_t>(id)] = std::move(bytes);
+    bytes[static_cast<size_t>(id)] = tokenizer.TokenBytes(id);
   }
-  return out;
+  return std::make_shared<const TokenVocabulary>(std::move(bytes), std::move(eos_ids));
 }
 
 GrammarCache::GrammarCache(std::shared_ptr<const TokenVocabulary> vocab, size_t capacity)

@@ -30,11 +30,11 @@ struct ConstraintSpec {
 /// (an unsupported keyword or construct) or tq::Error (bad grammar text).
 std::string ConstraintGrammarText(const ConstraintSpec& spec);
 
-/// The bytes every token of `tokenizer` adds to the decoded text (the
-/// SentencePiece rules: "▁" is a space, <0xNN> byte-fallback pieces are that
-/// byte, control and unknown tokens have none). To be replaced by
-/// Tokenizer::TokenBytes (engineer tok) once it lands.
-std::vector<std::string> TokenizerBytes(const Tokenizer& tokenizer);
+/// The vocabulary of `tokenizer` for constrained decoding: token i's bytes
+/// are Tokenizer::TokenBytes(i) (empty for control/unknown tokens, which a
+/// grammar never allows); `eos_ids` are allowed where the grammar can end.
+std::shared_ptr<const TokenVocabulary> TokenizerVocabulary(const Tokenizer& tokenizer,
+                                                           std::vector<int32_t> eos_ids);
 
 /// Compiles constraints for one vocabulary and keeps the last `capacity`
 /// distinct ones. Thread-safe: called from the front end's request threads

@@ -467,8 +467,8 @@ TEST_F(GrpcRequests, LogprobsCarryIdsValuesAndTokenBytes) {
 }
 
 TEST_F(GrpcRequests, StructuredOutputCompilesOrNamesTheKeyword) {
-  structured::GrammarCache cache(std::make_shared<structured::TokenVocabulary>(
-      structured::TokenizerBytes(*tokenizer_), std::vector<int32_t>{tokenizer_->eos_id()}));
+  structured::GrammarCache cache(
+      structured::TokenizerVocabulary(*tokenizer_, std::vector<int32_t>{tokenizer_->eos_id()}));
   // The vocabulary's bytes spell what sentencepiece decodes (its leading
   // dummy-prefix space included).
   const std::vector<int32_t> ids = tokenizer_->Encode("Lily saw a big dog.", false);
