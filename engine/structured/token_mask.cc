@@ -1,4 +1,4 @@
-// Vocabulary trie, per-position token caches and the per-step mask (see
+// Vocabulary trie, suffix and state mask caches and the per-step mask (see
 // token_mask.h).
 #include "engine/structured/token_mask.h"
 
@@ -64,91 +64,135 @@ TokenVocabulary::TokenVocabulary(std::vector<std::string> token_bytes, std::vect
 }
 
 CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocab)
-    : grammar_(std::move(grammar)), vocab_(std::move(vocab)) {
-  cache_index_.assign(grammar_.elements.size(), -1);
-  for (size_t p = 0; p < grammar_.elements.size(); ++p) {
-    if (grammar_.elements[p].kind != Grammar::Kind::kBytes) continue;
-    cache_index_[p] = static_cast<int32_t>(cache_.size());
-    cache_.push_back(Build(static_cast<int32_t>(p)));
+    : grammar_(std::move(grammar)), vocab_(std::move(vocab)) {}
+
+std::string StateKey(const std::vector<Stack>& stacks) {
+  std::string key;
+  for (const Stack& s : stacks) {
+    const auto n = static_cast<int32_t>(s.size());
+    key.append(reinterpret_cast<const char*>(&n), sizeof(n));
+    key.append(reinterpret_cast<const char*>(s.data()), s.size() * sizeof(int32_t));
   }
+  return key;
 }
 
-// The pruned trie walk from the single frame [p]: an empty stack is the
-// frame finished; a byte needed after that makes the token uncertain.
-CompiledGrammar::PositionCache CompiledGrammar::Build(int32_t p) const {
+int32_t CompiledGrammar::WalkStates::Intern(std::vector<Stack> set) {
+  std::string key = StateKey(set);
+  const auto it = index.find(key);
+  if (it != index.end()) return it->second;
+  const auto id = static_cast<int32_t>(sets.size());
+  can_end.push_back(!set.empty() && set.front().empty() ? 1 : 0);
+  sets.push_back(std::move(set));
+  index.emplace(std::move(key), id);
+  if (static_cast<size_t>(id) < kDense) dense.resize(dense.size() + 256, kUnknown);
+  return id;
+}
+
+int32_t CompiledGrammar::WalkStates::Next(const Grammar& g, int32_t id, uint8_t byte) {
+  if (static_cast<size_t>(id) < kDense) {
+    const int32_t known = dense[static_cast<size_t>(id) * 256 + byte];
+    if (known != kUnknown) return known;
+  } else {
+    const auto it = sparse.find(static_cast<uint64_t>(id) << 8 | byte);
+    if (it != sparse.end()) return it->second;
+  }
+  AdvanceStacks(g, sets[static_cast<size_t>(id)], byte, &scratch);
+  const int32_t next = scratch.empty() ? kDead : Intern(scratch);
+  if (static_cast<size_t>(id) < kDense) {
+    dense[static_cast<size_t>(id) * 256 + byte] = next;  // Intern may have moved `dense`
+  } else {
+    sparse.emplace(static_cast<uint64_t>(id) << 8 | byte, next);
+  }
+  return next;
+}
+
+// The pruned trie walk from the single stack `suffix`: an empty stack is the
+// suffix finished; a byte needed after that makes the token uncertain (or
+// rejected when `whole`: the suffix is the entire stack, and a finished
+// grammar takes no more bytes).
+CompiledGrammar::SuffixEntry CompiledGrammar::Build(const Stack& suffix, bool whole) const {
   const TokenVocabulary& v = *vocab_;
   const std::vector<TokenVocabulary::Node>& nodes = v.nodes();
   const std::vector<int32_t>& sorted = v.sorted();
-  std::vector<std::vector<Stack>> states(1, std::vector<Stack>{Stack{p}});
-  std::vector<bool> exited(1, false);
+  std::lock_guard<std::mutex> lock(build_mu_);
+  if (walk_.sets.size() > kMaxWalkStates) walk_ = WalkStates{};
+  std::vector<int32_t> ids(1, walk_.Intern(std::vector<Stack>{suffix}));
+  std::vector<uint8_t> exited(1, 0);
   std::vector<int32_t> accepted, uncertain;
-  std::vector<Stack> live;
   for (size_t i = 1; i < nodes.size();) {
     const TokenVocabulary::Node& n = nodes[i];
     const auto d = static_cast<size_t>(n.depth);
-    if (states.size() <= d) {
-      states.resize(d + 1);
+    if (ids.size() <= d) {
+      ids.resize(d + 1);
       exited.resize(d + 1);
     }
-    const std::vector<Stack>& parent = states[d - 1];
-    exited[d] = exited[d - 1] || (!parent.empty() && parent.front().empty());
-    AdvanceStacks(grammar_, parent, n.byte, &states[d]);
-    if (!states[d].empty()) {
+    const int32_t parent = ids[d - 1];
+    exited[d] = exited[d - 1] | walk_.can_end[static_cast<size_t>(parent)];
+    ids[d] = walk_.Next(grammar_, parent, n.byte);
+    if (ids[d] != WalkStates::kDead) {
       for (int32_t k = n.tok_begin; k < n.tok_end; ++k) accepted.push_back(sorted[k]);
       ++i;
       continue;
     }
-    if (exited[d]) {  // the whole subtree runs past the frame
+    if (exited[d] && !whole) {  // the whole subtree runs past the suffix
       for (size_t j = i; j < static_cast<size_t>(n.end); ++j) {
-        for (int32_t k = nodes[j].tok_begin; k < nodes[j].tok_end; ++k) {
-          uncertain.push_back(sorted[k]);
-        }
+        for (int32_t k = nodes[j].tok_begin; k < nodes[j].tok_end; ++k) uncertain.push_back(k);
       }
     }
     i = static_cast<size_t>(n.end);
   }
-  PositionCache c;
-  std::sort(uncertain.begin(), uncertain.end());
+  SuffixEntry c;
+  // Preorder visits tokens in sorted (byte) order: k ascends.
+  c.uncertain_lcp.reserve(uncertain.size());
+  for (size_t u = 0; u < uncertain.size(); ++u) {
+    size_t lcp = 0;
+    if (u > 0) {
+      const std::string& a = v.bytes(sorted[uncertain[u - 1]]);
+      const std::string& b = v.bytes(sorted[uncertain[u]]);
+      while (lcp < a.size() && lcp < b.size() && a[lcp] == b[lcp]) ++lcp;
+    }
+    c.uncertain_lcp.push_back(static_cast<uint16_t>(std::min<size_t>(lcp, 0xffff)));
+  }
   c.uncertain = std::move(uncertain);
   const size_t byte_tokens = sorted.size();
   const size_t list_limit = v.mask_words() * 2;  // a list beats a bitset below this
   if (accepted.size() <= list_limit) {
     std::sort(accepted.begin(), accepted.end());
-    c.form = PositionCache::Form::kList;
+    c.form = SuffixEntry::Form::kList;
     c.list = std::move(accepted);
   } else if (byte_tokens - accepted.size() <= list_limit) {
     std::vector<uint64_t> bits(v.mask_words(), 0);
     for (int32_t t : accepted) SetBit(bits, t);
-    c.form = PositionCache::Form::kComplement;
+    c.form = SuffixEntry::Form::kComplement;
     for (int32_t t : sorted) {
       if (!GetBit(bits, t)) c.list.push_back(t);
     }
     std::sort(c.list.begin(), c.list.end());
   } else {
-    c.form = PositionCache::Form::kBitset;
+    c.form = SuffixEntry::Form::kBitset;
     c.bits.assign(v.mask_words(), 0);
     for (int32_t t : accepted) SetBit(c.bits, t);
   }
   return c;
 }
 
-void CompiledGrammar::OrAccepted(int32_t p, std::span<uint64_t> mask) const {
-  const PositionCache& c = cache_[static_cast<size_t>(cache_index_[static_cast<size_t>(p)])];
-  switch (c.form) {
-    case PositionCache::Form::kList:
-      for (int32_t t : c.list) SetBit(mask, t);
+void CompiledGrammar::SuffixEntry::OrAccepted(const TokenVocabulary& vocab,
+                                              std::span<uint64_t> mask) const {
+  switch (form) {
+    case Form::kList:
+      for (int32_t t : list) SetBit(mask, t);
       break;
-    case PositionCache::Form::kBitset:
-      for (size_t w = 0; w < mask.size(); ++w) mask[w] |= c.bits[w];
+    case Form::kBitset:
+      for (size_t w = 0; w < mask.size(); ++w) mask[w] |= bits[w];
       break;
-    case PositionCache::Form::kComplement: {
+    case Form::kComplement: {
       // All byte tokens but the listed ones: OR word by word.
-      const std::vector<uint64_t>& base = vocab_->byte_tokens();
+      const std::vector<uint64_t>& base = vocab.byte_tokens();
       size_t next = 0;
       for (size_t w = 0; w < mask.size(); ++w) {
         uint64_t word = base[w];
-        while (next < c.list.size() && (static_cast<size_t>(c.list[next]) >> 6) == w) {
-          word &= ~(uint64_t{1} << (c.list[next] & 63));
+        while (next < list.size() && (static_cast<size_t>(list[next]) >> 6) == w) {
+          word &= ~(uint64_t{1} << (list[next] & 63));
           ++next;
         }
         mask[w] |= word;
@@ -158,36 +202,112 @@ void CompiledGrammar::OrAccepted(int32_t p, std::span<uint64_t> mask) const {
   }
 }
 
-const std::vector<int32_t>& CompiledGrammar::Uncertain(int32_t p) const {
-  return cache_[static_cast<size_t>(cache_index_[static_cast<size_t>(p)])].uncertain;
+std::shared_ptr<const CompiledGrammar::SuffixEntry> CompiledGrammar::Suffix(
+    const Stack& stack) const {
+  const bool whole = stack.size() <= kSuffixDepth;
+  const Stack suffix(
+      stack.end() - static_cast<std::ptrdiff_t>(std::min(stack.size(), kSuffixDepth)), stack.end());
+  std::string key = StateKey({suffix});
+  key.push_back(whole ? 'w' : 's');
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = suffixes_.find(key);
+    if (it != suffixes_.end()) return it->second;
+  }
+  // Built outside the lock: two sequences may build the same entry once each.
+  auto entry = std::make_shared<const SuffixEntry>(Build(suffix, whole));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (suffixes_.size() < kMaxSuffixEntries) suffixes_.emplace(std::move(key), entry);
+  return entry;
+}
+
+std::shared_ptr<const std::vector<uint64_t>> CompiledGrammar::CachedMask(
+    const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = states_.find(key);
+  return it == states_.end() ? nullptr : it->second;
+}
+
+void CompiledGrammar::StoreMask(const std::string& key,
+                                std::shared_ptr<const std::vector<uint64_t>> mask) const {
+  const size_t bytes = key.size() + mask->size() * sizeof(uint64_t);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (state_bytes_ + bytes > kStateCacheBytes) return;
+  if (states_.emplace(key, std::move(mask)).second) state_bytes_ += bytes;
+}
+
+size_t CompiledGrammar::num_suffix_entries() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return suffixes_.size();
+}
+
+size_t CompiledGrammar::num_state_masks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return states_.size();
 }
 
 size_t CompiledGrammar::num_uncertain() const {
+  std::lock_guard<std::mutex> lock(mu_);
   size_t n = 0;
-  for (const PositionCache& c : cache_) n += c.uncertain.size();
+  for (const auto& [key, e] : suffixes_) n += e->uncertain.size();
   return n;
 }
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar)
     : grammar_(std::move(grammar)), matcher_(&grammar_->grammar()) {}
 
+void GrammarMatcher::CheckUncertain(const CompiledGrammar::SuffixEntry& e,
+                                    std::span<uint64_t> mask) {
+  const TokenVocabulary& v = grammar_->vocab();
+  const Grammar& g = grammar_->grammar();
+  const std::vector<int32_t>& sorted = v.sorted();
+  if (walk_.empty()) walk_.resize(1);
+  walk_[0] = matcher_.stacks();
+  constexpr size_t kNone = ~size_t{0};
+  size_t valid = 0;     // walk_[0..valid] hold the states of the previous token's prefixes
+  size_t dead = kNone;  // the previous token's shortest rejected prefix length
+  for (size_t u = 0; u < e.uncertain.size(); ++u) {
+    const size_t lcp = u == 0 ? 0 : e.uncertain_lcp[u];
+    if (dead != kNone && lcp >= dead) continue;  // extends a rejected prefix
+    const int32_t t = sorted[static_cast<size_t>(e.uncertain[u])];
+    const std::string& b = v.bytes(t);
+    if (walk_.size() < b.size() + 1) walk_.resize(b.size() + 1);
+    size_t d = std::min(valid, lcp);
+    dead = kNone;
+    for (; d < b.size(); ++d) {
+      AdvanceStacks(g, walk_[d], static_cast<uint8_t>(b[d]), &walk_[d + 1]);
+      if (walk_[d + 1].empty()) {
+        dead = d + 1;
+        break;
+      }
+    }
+    valid = dead == kNone ? b.size() : dead;
+    if (dead == kNone) SetBit(mask, t);
+  }
+}
+
 void GrammarMatcher::FillMask(std::vector<uint64_t>* mask) {
   const TokenVocabulary& v = grammar_->vocab();
-  mask->assign(v.mask_words(), 0);
-  std::span<uint64_t> m(*mask);
-  tops_.clear();
+  std::string key;
   if (!ended_) {
-    for (const Stack& s : matcher_.stacks()) {
-      if (!s.empty()) tops_.push_back(s.back());
+    key = StateKey(matcher_.stacks());
+    if (auto cached = grammar_->CachedMask(key)) {
+      mask->assign(cached->begin(), cached->end());
+      return;
     }
   }
-  std::sort(tops_.begin(), tops_.end());
-  tops_.erase(std::unique(tops_.begin(), tops_.end()), tops_.end());
-  for (int32_t p : tops_) grammar_->OrAccepted(p, m);
-  for (int32_t p : tops_) {
-    for (int32_t t : grammar_->Uncertain(p)) {
-      if (!GetBit(m, t) && matcher_.Accepts(v.bytes(t))) SetBit(m, t);
+  mask->assign(v.mask_words(), 0);
+  std::span<uint64_t> m(*mask);
+  if (!ended_) {
+    std::vector<std::shared_ptr<const CompiledGrammar::SuffixEntry>> entries;
+    for (const Stack& s : matcher_.stacks()) {
+      if (s.empty()) continue;
+      auto e = grammar_->Suffix(s);
+      if (std::find(entries.begin(), entries.end(), e) != entries.end()) continue;
+      e->OrAccepted(v, m);
+      entries.push_back(std::move(e));
     }
+    for (const auto& e : entries) CheckUncertain(*e, m);
   }
   const bool any = std::any_of(mask->begin(), mask->end(), [](uint64_t w) { return w != 0; });
   if (ended_ || matcher_.CanEnd() || !any) {
@@ -195,6 +315,7 @@ void GrammarMatcher::FillMask(std::vector<uint64_t>* mask) {
       if (e >= 0 && e < v.size()) SetBit(m, e);
     }
   }
+  if (!ended_) grammar_->StoreMask(key, std::make_shared<const std::vector<uint64_t>>(*mask));
 }
 
 bool GrammarMatcher::AcceptToken(int32_t token) {
@@ -219,6 +340,11 @@ void ApplyTokenMask(std::span<float> logits, std::span<const uint64_t> mask) {
     const uint64_t word = w < mask.size() ? mask[w] : 0;
     if (word == ~uint64_t{0}) continue;
     const size_t end = std::min(n, (w + 1) * 64);
+    if (word == 0) {
+      std::fill(logits.begin() + static_cast<std::ptrdiff_t>(w * 64),
+                logits.begin() + static_cast<std::ptrdiff_t>(end), kNegInf);
+      continue;
+    }
     for (size_t i = w * 64; i < end; ++i) {
       if (!((word >> (i & 63)) & 1)) logits[i] = kNegInf;
     }

@@ -1,14 +1,16 @@
 // Grammar-constrained decoding over a tokenizer's vocabulary: a byte trie of
-// the tokens (once per tokenizer), per-grammar caches of the tokens each
-// grammar position accepts regardless of the stack below it (XGrammar's
-// "adaptive token mask cache", Dong et al. 2024), and the per-sequence
-// matcher that turns its parse state into a token mask each step.
+// the tokens (once per tokenizer), per-grammar caches (the tokens each stack
+// suffix accepts regardless of the stack below it, after XGrammar's
+// "adaptive token mask cache", Dong et al. 2024; whole-state masks), and the
+// per-sequence matcher that turns its parse state into a token mask each step.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/structured/grammar.h"
@@ -52,43 +54,95 @@ class TokenVocabulary {
   std::vector<uint64_t> byte_tokens_;
 };
 
-/// A grammar bound to a vocabulary, with per-position token caches: for each
-/// kBytes position p, the tokens accepted by the rest of p's frame alone
-/// (valid whatever lies below it on the stack), and the "uncertain" ones that
-/// run past the frame's end and must be checked against the whole stack.
-/// Built once per distinct constraint (GrammarCache); immutable afterwards,
-/// shared read-only between the front end and the engine thread.
+/// How many of a stack's top positions key the context-independent cache: a
+/// JSON string's content, the closing quote and the repetition frame between
+/// them (the same three positions at every nesting depth and for keys and
+/// values alike).
+inline constexpr size_t kSuffixDepth = 3;
+
+/// A grammar bound to a vocabulary, with two lazily filled, bounded caches
+/// (XGrammar's "adaptive token mask cache", Dong et al. 2024, keyed by stack
+/// suffixes instead of single positions, our variant):
+///  - per stack suffix (the top kSuffixDepth positions): the tokens the suffix
+///    accepts without running past its bottom (valid whatever lies below it),
+///    found by one trie walk that cuts a subtree at the first rejected byte,
+///    and the "uncertain" tokens that run past it, in trie (byte) order with
+///    their common-prefix lengths, left to a walk against the whole state;
+///  - per whole matcher state (all stacks): the finished mask.
+/// The grammar and vocabulary are immutable; the caches are guarded by a
+/// mutex, so one CompiledGrammar may serve any number of sequences and
+/// threads. Memory: at most kMaxSuffixEntries suffix entries and
+/// kStateCacheBytes of whole-state masks (a miss beyond either is computed
+/// and not kept).
 class CompiledGrammar {
  public:
-  /// Cost: one pruned trie walk per kBytes position (milliseconds for a
-  /// string position at a 128K vocabulary, microseconds for a literal byte).
+  /// The context-independent part of one stack suffix.
+  struct SuffixEntry {
+    enum class Form : uint8_t { kList, kComplement, kBitset } form = Form::kList;
+    std::vector<int32_t> list;       // kList: accepted ids; kComplement: byte tokens not accepted
+    std::vector<uint64_t> bits;      // kBitset: accepted
+    std::vector<int32_t> uncertain;  // indices into vocab().sorted(), ascending
+    std::vector<uint16_t> uncertain_lcp;  // common prefix with the previous uncertain token
+    /// ORs the accepted tokens into `mask`.
+    void OrAccepted(const TokenVocabulary& vocab, std::span<uint64_t> mask) const;
+  };
+  static constexpr size_t kMaxSuffixEntries = 4096;
+  static constexpr size_t kStateCacheBytes = size_t{16} << 20;
+
+  /// Parses nothing and walks nothing: the caches fill as sequences decode.
   CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocab);
 
   const Grammar& grammar() const { return grammar_; }
   const TokenVocabulary& vocab() const { return *vocab_; }
 
-  /// ORs the tokens position `p` accepts context-independently into `mask`.
-  void OrAccepted(int32_t p, std::span<uint64_t> mask) const;
-  /// The tokens position `p` leaves to a full-stack check.
-  const std::vector<int32_t>& Uncertain(int32_t p) const;
-  /// Totals over all positions (for logs and benchmarks).
-  size_t num_positions() const { return cache_.size(); }
+  /// The entry for the top kSuffixDepth positions of `stack` (non-empty),
+  /// built on first use (one pruned trie walk: up to tens of milliseconds at
+  /// a 128K vocabulary for a string's content, microseconds for a literal).
+  std::shared_ptr<const SuffixEntry> Suffix(const Stack& stack) const;
+  /// The cached mask of a whole state (key from StateKey), or null.
+  std::shared_ptr<const std::vector<uint64_t>> CachedMask(const std::string& key) const;
+  /// Keeps `mask` for the state `key` while the byte budget lasts.
+  void StoreMask(const std::string& key, std::shared_ptr<const std::vector<uint64_t>> mask) const;
+
+  /// Cache sizes (for logs and benchmarks).
+  size_t num_suffix_entries() const;
+  size_t num_state_masks() const;
   size_t num_uncertain() const;
 
  private:
-  struct PositionCache {
-    enum class Form : uint8_t { kList, kComplement, kBitset } form = Form::kList;
-    std::vector<int32_t> list;   // kList: accepted; kComplement: byte tokens not accepted
-    std::vector<uint64_t> bits;  // kBitset
-    std::vector<int32_t> uncertain;
+  // Matcher states met by suffix walks, interned, with their byte
+  // transitions memoized: a walk costs one table look-up per trie node, the
+  // stack arithmetic once per distinct (state, byte). Shared by all walks of
+  // this grammar (build_mu_); dropped when it outgrows kMaxWalkStates.
+  struct WalkStates {
+    static constexpr int32_t kUnknown = -2, kDead = -1;
+    static constexpr size_t kDense = 4096;  // states with a 256-entry table
+    std::vector<std::vector<Stack>> sets;
+    std::vector<uint8_t> can_end;  // the set holds the empty stack
+    std::unordered_map<std::string, int32_t> index;
+    std::vector<int32_t> dense;                    // [id * 256 + byte] for id < kDense
+    std::unordered_map<uint64_t, int32_t> sparse;  // (id << 8 | byte) beyond
+    std::vector<Stack> scratch;
+    int32_t Intern(std::vector<Stack> set);
+    int32_t Next(const Grammar& g, int32_t id, uint8_t byte);
   };
-  PositionCache Build(int32_t p) const;
+  static constexpr size_t kMaxWalkStates = 1 << 16;
+
+  SuffixEntry Build(const Stack& suffix, bool whole) const;
+
+  mutable std::mutex build_mu_;
+  mutable WalkStates walk_;
 
   Grammar grammar_;
   std::shared_ptr<const TokenVocabulary> vocab_;
-  std::vector<int32_t> cache_index_;  // position -> cache_ entry, -1 for non-kBytes
-  std::vector<PositionCache> cache_;
+  mutable std::mutex mu_;
+  mutable std::unordered_map<std::string, std::shared_ptr<const SuffixEntry>> suffixes_;
+  mutable std::unordered_map<std::string, std::shared_ptr<const std::vector<uint64_t>>> states_;
+  mutable size_t state_bytes_ = 0;
 };
+
+/// The cache key of a matcher state: its stacks' positions, serialized.
+std::string StateKey(const std::vector<Stack>& stacks);
 
 /// One sequence's constraint state: the parse stacks after its output so far.
 /// Engine thread only (not thread-safe); keeps the CompiledGrammar alive.
@@ -108,10 +162,15 @@ class GrammarMatcher {
   const CompiledGrammar& compiled() const { return *grammar_; }
 
  private:
+  // Sets the bits of the uncertain tokens of `e` that the whole state accepts:
+  // a walk over them in byte order, reusing the states of the common prefix
+  // and skipping every token that extends a rejected prefix.
+  void CheckUncertain(const CompiledGrammar::SuffixEntry& e, std::span<uint64_t> mask);
+
   std::shared_ptr<const CompiledGrammar> grammar_;
   ByteMatcher matcher_;
   bool ended_ = false;
-  std::vector<int32_t> tops_;
+  std::vector<std::vector<Stack>> walk_;  // walk_[d]: states after d bytes
 };
 
 /// Sets logits[i] = -inf where bit i of `mask` is clear (i < logits.size()).

@@ -185,11 +185,12 @@ bool Bit(const std::vector<uint64_t>& m, int32_t i) {
 }
 
 // Walks random valid paths; at every step the mask equals the brute force
-// (every token's bytes fed to a copy of the byte matcher), EOS included.
-void CheckMaskAgainstBruteForce(const std::string& grammar_text, uint32_t seed) {
-  SCOPED_TRACE(grammar_text.substr(0, 60));
-  auto vocab = TestVocab();
-  auto compiled = std::make_shared<const CompiledGrammar>(ParseGrammar(grammar_text), vocab);
+// (every token's bytes fed to a copy of the byte matcher), EOS included. The
+// compiled grammar is shared by all seeds, so later walks run on filled
+// suffix and state caches (the same answers from the cache as from a walk).
+void CheckMaskAgainstBruteForce(const std::shared_ptr<const CompiledGrammar>& compiled,
+                                uint32_t seed) {
+  const TokenVocabulary& vocab = compiled->vocab();
   GrammarMatcher m(compiled);
   ByteMatcher reference(&compiled->grammar());
   std::mt19937 rng(seed);
@@ -197,29 +198,45 @@ void CheckMaskAgainstBruteForce(const std::string& grammar_text, uint32_t seed) 
   for (int step = 0; step < 40; ++step) {
     m.FillMask(&mask);
     std::vector<int32_t> allowed;
-    for (int32_t t = 0; t < vocab->size(); ++t) {
+    for (int32_t t = 0; t < vocab.size(); ++t) {
       const bool expect = t == 2 ? reference.CanEnd()
-                                 : !vocab->bytes(t).empty() && reference.Accepts(vocab->bytes(t));
+                                 : !vocab.bytes(t).empty() && reference.Accepts(vocab.bytes(t));
       ASSERT_EQ(Bit(mask, t), expect)
-          << "step " << step << " token " << t << " '" << vocab->bytes(t) << "'";
+          << "seed " << seed << " step " << step << " token " << t << " '" << vocab.bytes(t) << "'";
       if (expect) allowed.push_back(t);
     }
     if (allowed.empty()) break;
     const int32_t t = allowed[rng() % allowed.size()];
     ASSERT_TRUE(m.AcceptToken(t));
     if (t == 2) break;
-    ASSERT_TRUE(reference.AdvanceAll(vocab->bytes(t)));
+    ASSERT_TRUE(reference.AdvanceAll(vocab.bytes(t)));
   }
 }
 
 TEST(StructuredTokenMask, EqualsBruteForceOnRandomPaths) {
-  for (uint32_t seed = 1; seed <= 5; ++seed) {
-    CheckMaskAgainstBruteForce(JsonObjectGrammar(), seed);
-    CheckMaskAgainstBruteForce(JsonSchemaGrammar(json::parse(R"({"type": "object", "properties": {
+  const std::string grammars[] = {
+      JsonObjectGrammar(),
+      JsonSchemaGrammar(json::parse(R"({"type": "object", "properties": {
             "a": {"type": "array", "items": {"type": "number"}, "maxItems": 3},
             "b": {"enum": ["x\"y", "ab"]}}, "required": ["a"]})")),
-                               seed);
-    CheckMaskAgainstBruteForce(RegexGrammar(R"((ab|[0-9]{1,3})+\.?)"), seed);
+      // Deep stacks: arrays of objects of arrays of strings.
+      JsonSchemaGrammar(json::parse(R"({"type": "array", "items": {"type": "object",
+            "properties": {"x": {"type": "array", "items": {"type": "string", "maxLength": 4}},
+                           "y": {"type": ["integer", "null"]}}, "required": ["x", "y"]}})")),
+      RegexGrammar(R"((ab|[0-9]{1,3})+\.?)"),
+  };
+  for (const std::string& text : grammars) {
+    SCOPED_TRACE(text.substr(0, 60));
+    auto compiled = std::make_shared<const CompiledGrammar>(ParseGrammar(text), TestVocab());
+    for (uint32_t seed = 1; seed <= 5; ++seed) CheckMaskAgainstBruteForce(compiled, seed);
+    EXPECT_GT(compiled->num_state_masks(), 0u);
+    // The JSON grammars' stacks run deeper than a suffix: the walks checked
+    // uncertain tokens against whole states.
+    if (text != grammars[3]) {
+      EXPECT_GT(compiled->num_uncertain(), 0u);
+    }
+    // The same walks again, every mask from the state cache.
+    for (uint32_t seed = 1; seed <= 2; ++seed) CheckMaskAgainstBruteForce(compiled, seed);
   }
 }
 
