@@ -8,6 +8,10 @@ makes the output valid) and, through the HTTP API:
     finish with "stop", parse with json.loads and validate with
     python3-jsonschema (Draft 2020-12, formats checked);
   * JSON mode (response_format json_object) outputs must parse to objects;
+    JSON mode has no length bound, and a random model can wander inside
+    strings until max_tokens: an output cut by "length" must still be a
+    prefix of a JSON object (json_prefix below, not the server's grammar),
+    and at most a quarter of the samples may be cut;
   * guided_regex outputs must re.fullmatch their pattern; guided_choice
     outputs must be one of the choices; guided_grammar outputs must be in
     the grammar's language (checked by a Python regex of the same language);
@@ -84,6 +88,122 @@ def wait_ready(base):
     raise RuntimeError("tqserve not healthy")
 
 
+NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+
+
+def json_prefix(text):
+    """Whether `text` is a proper prefix of some JSON object (RFC 8259): a
+    recursive-descent scan that succeeds when the text ends inside a value
+    and raises nowhere before (complete documents are json.loads' job)."""
+
+    class End(Exception):
+        pass
+
+    i = 0
+    n = len(text)
+
+    def peek():
+        if i >= n:
+            raise End
+        return text[i]
+
+    def ws():
+        nonlocal i
+        while i < n and text[i] in " \t\n\r":
+            i += 1
+
+    def lit(word):
+        nonlocal i
+        for ch in word:
+            if peek() != ch:
+                raise ValueError(f"expected {word!r} at {i}")
+            i += 1
+
+    def string():
+        nonlocal i
+        lit('"')
+        while True:
+            c = peek()
+            i += 1
+            if c == '"':
+                return
+            if c == "\\":
+                e = peek()
+                i += 1
+                if e == "u":
+                    for _ in range(4):
+                        if peek() not in "0123456789abcdefABCDEF":
+                            raise ValueError(f"bad \\u escape at {i}")
+                        i += 1
+                elif e not in '"\\/bfnrt':
+                    raise ValueError(f"bad escape at {i}")
+            elif ord(c) < 0x20:
+                raise ValueError(f"control character in a string at {i}")
+
+    def number():
+        nonlocal i
+        rest = text[i:]
+        if rest and all(c in "-+.eE0123456789" for c in rest):  # the text ends in it
+            for tail in ("", "0"):
+                try:
+                    if isinstance(json.loads(rest + tail), (int, float)):
+                        raise End
+                except json.JSONDecodeError:
+                    pass
+        m = NUMBER.match(text, i)
+        if not m:
+            raise ValueError(f"bad number at {i}")
+        i = m.end()
+
+    def value():
+        nonlocal i
+        ws()
+        c = peek()
+        if c == "{":
+            members("{", "}", True)
+        elif c == "[":
+            members("[", "]", False)
+        elif c == '"':
+            string()
+        elif c in "tfn":
+            lit({"t": "true", "f": "false", "n": "null"}[c])
+        else:
+            number()
+
+    def members(open_, close, keyed):
+        nonlocal i
+        lit(open_)
+        ws()
+        if peek() == close:
+            i += 1
+            return
+        while True:
+            ws()
+            if keyed:
+                string()
+                ws()
+                lit(":")
+            value()
+            ws()
+            c = peek()
+            i += 1
+            if c == close:
+                return
+            if c != ",":
+                raise ValueError(f"expected ',' or {close!r} at {i - 1}")
+
+    try:
+        ws()
+        if peek() != "{":
+            return False
+        value()
+        return False  # complete (or trailing data): not a proper prefix
+    except End:
+        return True
+    except ValueError:
+        return False
+
+
 def generate(base, seed, extra, max_tokens=400):
     """One sample, chat for even seeds and completions for odd: (text, finish_reason)."""
     body = {"seed": seed, "temperature": 1.0, "max_tokens": max_tokens, **extra}
@@ -142,6 +262,7 @@ def main():
             return job, text, finish
 
         format_checker = jsonschema.Draft202012Validator.FORMAT_CHECKER
+        truncated = 0
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
             for job, text, finish in pool.map(run, jobs):
                 kind, what, seed, _ = job
@@ -153,7 +274,12 @@ def main():
                                             cls=jsonschema.Draft202012Validator,
                                             format_checker=format_checker)
                     elif kind == "json_object":
-                        ok = ok and isinstance(json.loads(text), dict)
+                        if finish == "length":
+                            ok = json_prefix(text)
+                            truncated += 1
+                            label += " (cut by length)"
+                        else:
+                            ok = ok and isinstance(json.loads(text), dict)
                     elif kind == "regex":
                         ok = ok and re.fullmatch(what, text) is not None
                     elif kind == "choice":
@@ -189,6 +315,9 @@ def main():
           f"{counts['schema'][1]} invalid")
     for kind in ("json_object", "regex", "choice", "grammar"):
         print(f"{kind}: {counts[kind][0]} valid, {counts[kind][1]} invalid")
+    print(f"json_object: {truncated} of {samples} cut by max_tokens (valid prefixes)")
+    if truncated * 4 > samples:
+        failures.append(f"json_object: {truncated} of {samples} samples cut by max_tokens")
     print(f"unsupported schemas: {refused[0]} refused with 400 naming the keyword, "
           f"{refused[1]} not")
     for f in failures[:20]:
