@@ -181,3 +181,44 @@ test('usage.cached_tokens: the same long prompt again finds its full 16-token bl
   assert.equal(again.last.usage.cached_tokens, Math.floor((p - 1) / 16) * 16);
   assert.deepEqual(again.token_ids, first.token_ids);
 });
+
+test('sampling.structured_output constrains Generate as the HTTP guided_* fields do; an unsupported keyword is INVALID_ARGUMENT naming it', async () => {
+  const sampled = (text, structured_output, seed, max_tokens) => ({
+    text, sampling: { temperature: 1, seed, max_tokens, structured_output },
+  });
+  const schema = {
+    type: 'object',
+    properties: { name: { type: 'string', maxLength: 8 }, age: { type: 'integer' }, ok: { type: 'boolean' } },
+    required: ['name', 'age', 'ok'],
+    additionalProperties: false,
+  };
+  for (let seed = 0; seed < 4; seed++) {
+    const re = await generate(clients().generation, sampled('Phone:', { regex: '[0-9]{3}-[0-9]{4}' }, seed, 20));
+    assert.equal(re.status, Status.OK, re.details);
+    assert.match(re.text, /^[0-9]{3}-[0-9]{4}$/, `seed ${seed}`);
+    assert.equal(re.last.finish_reason, 'FINISH_REASON_STOP');
+    // The same seed through the HTTP API (vLLM's guided_regex): the same text.
+    const http = await served.client.completions.create({
+      model: 'stories260K', prompt: 'Phone:', max_tokens: 20, temperature: 1, seed, guided_regex: '[0-9]{3}-[0-9]{4}',
+    });
+    assert.equal(re.text, http.choices[0].text, `seed ${seed}`);
+
+    const choice = await generate(clients().generation, sampled('Yes or no?', { choice: { choices: ['yes', 'no', 'maybe'] } }, seed, 8));
+    assert.equal(choice.status, Status.OK, choice.details);
+    assert.ok(['yes', 'no', 'maybe'].includes(choice.text), choice.text);
+
+    const js = await generate(clients().generation, sampled('Lily', { json_schema: JSON.stringify(schema) }, seed, 300));
+    assert.equal(js.status, Status.OK, js.details);
+    assert.equal(js.last.finish_reason, 'FINISH_REASON_STOP', js.text);
+    const doc = JSON.parse(js.text);
+    assert.deepEqual(Object.keys(doc).sort(), ['age', 'name', 'ok']);
+    assert.equal(typeof doc.name, 'string');
+    assert.ok([...doc.name].length <= 8, doc.name);
+    assert.ok(Number.isInteger(doc.age), js.text);
+    assert.equal(typeof doc.ok, 'boolean');
+  }
+  const bad = await generate(clients().generation, sampled('x', { json_schema: '{"type": "integer", "minimum": 3}' }, 1, 4));
+  assert.equal(bad.status, Status.INVALID_ARGUMENT, bad.details);
+  assert.match(bad.details, /^sampling\.structured_output\.json_schema .*'minimum'/);
+  assert.equal(bad.messages.length, 0);
+});
