@@ -146,8 +146,8 @@ double Percentile(std::vector<double> v, double p) {
 }
 
 void MaskBench(const Flags& f) {
-  std::printf("%-8s %-14s %10s %9s %9s %9s %9s %8s %8s\n", "vocab", "grammar", "compile_ms",
-              "p50_us", "p99_us", "mean_us", "max_us", "suffixes", "states");
+  std::printf("%-8s %-14s %10s %9s %9s %9s %9s %8s %8s %9s\n", "vocab", "grammar", "compile_ms",
+              "p50_us", "p99_us", "mean_us", "max_us", "suffixes", "states", "cache_KiB");
   for (int v : f.vocabs) {
     auto vocab = std::make_shared<TokenVocabulary>(SyntheticVocab(v), std::vector<int32_t>{2});
     const std::pair<const char*, std::string> grammars[] = {
@@ -182,10 +182,10 @@ void MaskBench(const Flags& f) {
       double mean = 0;
       for (double x : us) mean += x;
       mean /= static_cast<double>(us.size());
-      std::printf("%-8d %-14s %10.1f %9.1f %9.1f %9.1f %9.1f %8zu %8zu\n", v, name, compile_ms,
+      std::printf("%-8d %-14s %10.1f %9.1f %9.1f %9.1f %9.1f %8zu %8zu %9zu\n", v, name, compile_ms,
                   Percentile(us, 0.5), Percentile(us, 0.99), mean,
                   *std::max_element(us.begin(), us.end()), g->num_suffix_entries(),
-                  g->num_state_masks());
+                  g->num_state_masks(), g->cache_bytes() >> 10);
     }
   }
 }

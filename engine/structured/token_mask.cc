@@ -217,7 +217,13 @@ std::shared_ptr<const CompiledGrammar::SuffixEntry> CompiledGrammar::Suffix(
   // Built outside the lock: two sequences may build the same entry once each.
   auto entry = std::make_shared<const SuffixEntry>(Build(suffix, whole));
   std::lock_guard<std::mutex> lock(mu_);
-  if (suffixes_.size() < kMaxSuffixEntries) suffixes_.emplace(std::move(key), entry);
+  const size_t bytes = key.size() + entry->list.size() * sizeof(int32_t) +
+                       entry->bits.size() * sizeof(uint64_t) +
+                       entry->uncertain.size() * (sizeof(int32_t) + sizeof(uint16_t));
+  if (suffix_bytes_ + bytes <= kSuffixCacheBytes &&
+      suffixes_.emplace(std::move(key), entry).second) {
+    suffix_bytes_ += bytes;
+  }
   return entry;
 }
 
@@ -244,6 +250,11 @@ size_t CompiledGrammar::num_suffix_entries() const {
 size_t CompiledGrammar::num_state_masks() const {
   std::lock_guard<std::mutex> lock(mu_);
   return states_.size();
+}
+
+size_t CompiledGrammar::cache_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return suffix_bytes_ + state_bytes_;
 }
 
 size_t CompiledGrammar::num_uncertain() const {

@@ -71,9 +71,10 @@ inline constexpr size_t kSuffixDepth = 3;
 ///  - per whole matcher state (all stacks): the finished mask.
 /// The grammar and vocabulary are immutable; the caches are guarded by a
 /// mutex, so one CompiledGrammar may serve any number of sequences and
-/// threads. Memory: at most kMaxSuffixEntries suffix entries and
-/// kStateCacheBytes of whole-state masks (a miss beyond either is computed
-/// and not kept).
+/// threads. Memory per grammar: at most kSuffixCacheBytes of suffix entries
+/// and kStateCacheBytes of whole-state masks (a miss beyond either is
+/// computed and not kept), plus the walk memo (kMaxWalkStates states, the
+/// first kDense with a 1 KiB transition table).
 class CompiledGrammar {
  public:
   /// The context-independent part of one stack suffix.
@@ -86,7 +87,7 @@ class CompiledGrammar {
     /// ORs the accepted tokens into `mask`.
     void OrAccepted(const TokenVocabulary& vocab, std::span<uint64_t> mask) const;
   };
-  static constexpr size_t kMaxSuffixEntries = 4096;
+  static constexpr size_t kSuffixCacheBytes = size_t{32} << 20;
   static constexpr size_t kStateCacheBytes = size_t{16} << 20;
 
   /// Parses nothing and walks nothing: the caches fill as sequences decode.
@@ -108,6 +109,8 @@ class CompiledGrammar {
   size_t num_suffix_entries() const;
   size_t num_state_masks() const;
   size_t num_uncertain() const;
+  /// Bytes held by both caches (keys and entries).
+  size_t cache_bytes() const;
 
  private:
   // Matcher states met by suffix walks, interned, with their byte
@@ -139,6 +142,7 @@ class CompiledGrammar {
   mutable std::unordered_map<std::string, std::shared_ptr<const SuffixEntry>> suffixes_;
   mutable std::unordered_map<std::string, std::shared_ptr<const std::vector<uint64_t>>> states_;
   mutable size_t state_bytes_ = 0;
+  mutable size_t suffix_bytes_ = 0;
 };
 
 /// The cache key of a matcher state: its stacks' positions, serialized.
