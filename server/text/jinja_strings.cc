@@ -1,6 +1,7 @@
 // Python str methods on UTF-8 (see jinja_strings.h).
 #include "server/text/jinja_strings.h"
 
+#include "engine/tokenizer/utf8.h"
 #include "server/text/jinja_value.h"
 
 namespace tq::jinja {
@@ -32,21 +33,7 @@ char32_t NextCodePoint(std::string_view s, size_t& i) {
 }
 
 void AppendUtf8(char32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
+  utf8::Append(out, cp);  // the one UTF-8 encoder (engine/tokenizer/utf8.h)
 }
 
 size_t CodePointCount(std::string_view s) {
