@@ -34,6 +34,12 @@ export const BIN = () => env('TQSERVE_BIN');
 export const MODEL = () => env('TQSERVE_MODEL');
 export const PYTHON = () => env('TQ_PYTHON3', '/usr/bin/python3');
 export const SOURCE_DIR = () => env('TQ_SOURCE_DIR', path.resolve(here, '../..'));
+/**
+ * True when the daemon under test is the AddressSanitizer + UBSan build
+ * (`make test-asan`): several times slower, and its allocator keeps freed
+ * memory in a quarantine, so load sizes and RSS bounds are set for Release.
+ */
+export const SANITIZED = () => process.env.TQ_SANITIZE === '1';
 export const WORK_DIR = () => {
   const dir = env('TQ_WORK_DIR', path.join(process.cwd(), 'integration-work'));
   fs.mkdirSync(dir, { recursive: true });

@@ -10,7 +10,7 @@ import net from 'node:net';
 import { after, test } from 'node:test';
 
 import { connect, freePort, generate, grpcAddress, Status, unary } from './grpc_client.mjs';
-import { errorOf, serveForTests } from './harness.mjs';
+import { SANITIZED, errorOf, serveForTests } from './harness.mjs';
 
 const MAX_BODY = 4 << 20;
 const served = serveForTests({
@@ -64,7 +64,7 @@ function rssBytes(pid) {
   return Number(m[1]) * 1024;
 }
 
-test('RSS stays flat over 25 one-megabyte prompts', async () => {
+test('RSS stays flat over 25 one-megabyte prompts', async (t) => {
   const client = served.client;
   const send = async () => {
     await errorOf(client.completions.create({ model: 'stories260K', prompt: big(1 << 20), max_tokens: 1 }));
@@ -82,6 +82,10 @@ test('RSS stays flat over 25 one-megabyte prompts', async () => {
   // What remains (~16 KB a request here) is the first use of each of the
   // 512 HTTP worker threads' stacks, bounded by the pool.
   console.log(`RSS over 25 x 2 one-megabyte requests: ${before} -> ${after_} bytes`);
+  // Under ASan freed blocks wait in its quarantine (256 MB) instead of going
+  // back to malloc, and malloc_trim does not reach its allocator: the bound is
+  // the Release build's (`make test`); here the requests still run under ASan.
+  if (SANITIZED()) return t.skip('RSS bound not checked under ASan (its quarantine holds freed memory)');
   assert.ok(after_ - before < 32 << 20, `RSS ${before} -> ${after_} bytes`);
 });
 
