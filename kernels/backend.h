@@ -30,6 +30,28 @@ class BackendGraph {
   virtual bool Launch() = 0;
 };
 
+/// What a backend can do, as data: the engine reads these instead of comparing
+/// Name() strings or casting to a concrete backend (issue 16, as llama.cpp's
+/// ggml_backend_dev_caps). The defaults describe a host-memory backend without
+/// graphs, like the CPU one.
+struct BackendCapabilities {
+  /// Allocate() returns a device's own memory, whose size QueryDeviceMemory
+  /// reports: the KV pool is sized from --gpu-memory-utilization.
+  bool device_memory = false;
+  /// CaptureGraph() records replayable graphs (decode CUDA graphs).
+  bool graphs = false;
+  /// LogitsTopK() runs where the logits live, so only k values per row cross
+  /// to the host: candidate sampling pays off at large vocabularies.
+  bool device_logits_topk = false;
+  /// One bit per KvDtype (1 << dtype): the formats KvWrite and PagedAttention
+  /// implement.
+  uint32_t kv_dtypes = ~0u;
+
+  bool SupportsKvDtype(KvDtype dtype) const {
+    return ((kv_dtypes >> static_cast<unsigned>(dtype)) & 1u) != 0;
+  }
+};
+
 /// A compute backend. Thread ownership: one backend instance is driven by one
 /// thread at a time (the engine thread); ops are synchronous from the caller's
 /// view. Pointers in params refer to memory from this backend's Allocate().
@@ -37,8 +59,10 @@ class Backend {
  public:
   virtual ~Backend() = default;
 
-  /// "cpu" or "cuda".
+  /// "cpu" or "cuda": for logs and messages; decisions use Capabilities().
   virtual std::string_view Name() const = 0;
+  /// What this backend implements (constant for its lifetime).
+  virtual BackendCapabilities Capabilities() const { return {}; }
 
   /// Memory for activations, weights and the KV pool, 64-byte aligned and
   /// zero-filled. Throws std::bad_alloc when out of memory.

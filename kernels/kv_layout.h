@@ -35,6 +35,14 @@ inline bool KvStoresPreRopeKeys(KvDtype dtype) {
 inline bool KvDtypeSupportedOnCuda(KvDtype dtype) {
   return dtype != KvDtype::kTqK3V2;
 }
+/// KvDtypeSupportedOnCuda as a BackendCapabilities::kv_dtypes mask.
+inline uint32_t CudaKvDtypes() {
+  uint32_t mask = 0;
+  for (unsigned d = 0; d <= static_cast<unsigned>(KvDtype::kTqK3V2); ++d) {
+    if (KvDtypeSupportedOnCuda(static_cast<KvDtype>(d))) mask |= 1u << d;
+  }
+  return mask;
+}
 /// Index bits of the tq formats' keys and values (0 for other formats).
 int32_t TqKeyBits(KvDtype dtype);
 int32_t TqValueBits(KvDtype dtype);

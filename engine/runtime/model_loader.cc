@@ -448,10 +448,11 @@ LoadedModel LoadModelImpl(const EngineOptions& options, bool with_tokenizer) {
   } catch (const std::runtime_error& e) {
     throw Error(e.what());
   }
-  if (!options.kv_cache_dtype_auto && m.backend->Name() == "cuda" &&
-      !kernels::KvDtypeSupportedOnCuda(options.kv_cache_dtype)) {
+  const kernels::BackendCapabilities caps = m.backend->Capabilities();
+  if (!options.kv_cache_dtype_auto && !caps.SupportsKvDtype(options.kv_cache_dtype)) {
     throw Error("--kv-cache-dtype " + std::string(kernels::KvDtypeName(options.kv_cache_dtype)) +
-                " is CPU-only (no CUDA kernels): use tq3 on CUDA, or --device cpu");
+                " is CPU-only (no " + std::string(m.backend->Name()) +
+                " kernels): use tq3 on CUDA, or --device cpu");
   }
   m.model = load_rank(m.backend.get(), 0);
   if (m.tp) {
@@ -476,7 +477,7 @@ LoadedModel LoadModelImpl(const EngineOptions& options, bool with_tokenizer) {
   // Block tables are shared, so every rank's pool has the same block count:
   // the smallest of the ranks' device budgets.
   size_t kv_budget = options.kv_cache_memory;
-  if (kv_budget == 0 && m.backend->Name() != "cpu") {
+  if (kv_budget == 0 && caps.device_memory) {
     kv_budget = DeviceKvBudget(m, *m.backend, options);
     for (int r = 1; r < world; ++r) {
       kv_budget = std::min(kv_budget, DeviceKvBudget(m, m.rank_backend(r), options));
@@ -518,7 +519,7 @@ LoadedModel LoadModelImpl(const EngineOptions& options, bool with_tokenizer) {
                 " bytes for the KV cache; lower --kv-cache-memory");
   }
   if (options.cuda_graphs) {
-    if (m.backend->Name() == "cuda" && world == 1) {
+    if (caps.graphs && world == 1) {
       // Decode batches up to vLLM's default capture limit; every graph reads
       // block tables as wide as one max_model_len sequence needs.
       constexpr int32_t kMaxGraphBatch = 256;

@@ -82,7 +82,7 @@ LlamaModelRunner::LlamaModelRunner(LlamaModel* model, PagedKvCache* cache, Sampl
       use_candidates_ = !tp;
       break;
     case SamplingPath::kAuto:
-      use_candidates_ = !tp && model->backend()->Name() != "cpu" &&
+      use_candidates_ = !tp && model->backend()->Capabilities().device_logits_topk &&
                         model->config().vocab_size >= kCandidateSamplingMinVocab;
       break;
   }

@@ -90,6 +90,14 @@ class CudaBackend final : public Backend {
   }
 
   std::string_view Name() const override { return kName; }
+  BackendCapabilities Capabilities() const override {
+    BackendCapabilities caps;
+    caps.device_memory = true;
+    caps.graphs = true;
+    caps.device_logits_topk = true;
+    caps.kv_dtypes = CudaKvDtypes();
+    return caps;
+  }
   cudaStream_t stream() const { return stream_; }
   int device() const { return device_; }
 

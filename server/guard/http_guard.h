@@ -1,7 +1,7 @@
 // The checks every HTTP request passes before its body is read (issue 20):
-// a plain function of the request's method, path and headers, so that any
-// HTTP transport (cpp-httplib's pre-routing handler today, the Beast session
-// of issue 19 next) calls it at one place, right after the headers are parsed.
+// a plain function of the request's method, path and headers, so that the
+// HTTP transport (the Beast connection, server/http/connection.cc) calls it at
+// one place, right after the headers are parsed.
 #pragma once
 
 #include <cstddef>

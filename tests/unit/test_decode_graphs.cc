@@ -151,6 +151,11 @@ TEST(DecodeGraphRunnerTest, PaddedBucketsMatchEagerTokensAndKvBytes) {
 class StaleThenFailingGraphs : public kernels::Backend {
  public:
   std::string_view Name() const override { return "stale-graphs"; }
+  kernels::BackendCapabilities Capabilities() const override {
+    kernels::BackendCapabilities caps;
+    caps.graphs = true;
+    return caps;
+  }
   void* Allocate(size_t bytes) override { return cpu_->Allocate(bytes); }
   void Free(void* ptr) override { cpu_->Free(ptr); }
   void CopyToDevice(void* d, const void* s, size_t n) override { cpu_->CopyToDevice(d, s, n); }

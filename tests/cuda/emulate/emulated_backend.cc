@@ -28,6 +28,12 @@ class EmulatedAttentionBackend final : public Backend {
  public:
   EmulatedAttentionBackend() : cpu_(CreateCpuBackend(1)) {}
   std::string_view Name() const override { return "cuda"; }
+  // The CUDA kernels' formats; its memory is the host's and it has no graphs.
+  BackendCapabilities Capabilities() const override {
+    BackendCapabilities caps;
+    caps.kv_dtypes = CudaKvDtypes();
+    return caps;
+  }
   void* Allocate(size_t bytes) override { return cpu_->Allocate(bytes); }
   void Free(void* ptr) override { cpu_->Free(ptr); }
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
