@@ -24,8 +24,8 @@ struct ChatMessage {
   // An assistant's calls: [{"id", "type": "function", "function": {"name",
   // "arguments": an object}}] (arguments parsed from the request's JSON
   // text, as vLLM passes them to templates); null when none.
-  nlohmann::ordered_json tool_calls;
-  std::string tool_call_id;  // role "tool": the call it answers
+  nlohmann::ordered_json tool_calls = nullptr;
+  std::string tool_call_id = {};  // role "tool": the call it answers
 };
 
 /// A template error that is the request's fault (the template called
