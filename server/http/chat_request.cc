@@ -46,6 +46,52 @@ std::string ParseContent(const json& message, const std::string& role, const std
   return text;
 }
 
+// An assistant's tool_calls, arguments parsed into objects (key order kept)
+// for the chat template.
+nlohmann::ordered_json ParseToolCallsField(const json& message, const std::string& param) {
+  const json* calls = FindField(message, "tool_calls");
+  if (calls == nullptr) return nullptr;
+  if (!calls->is_array())
+    Fail("'" + param + "' must be a list, got " + JsonTypeName(*calls), param);
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (size_t j = 0; j < calls->size(); ++j) {
+    const json& call = (*calls)[j];
+    const std::string cparam = param + "[" + std::to_string(j) + "]";
+    if (!call.is_object()) {
+      Fail("'" + cparam + "' must be an object, got " + JsonTypeName(call), cparam);
+    }
+    const auto id = GetString(call, "id", cparam + ".id");
+    const auto type = GetString(call, "type", cparam + ".type");
+    if (type && *type != "function") {
+      Fail("'" + cparam + ".type' must be \"function\", got \"" + *type + "\"", cparam + ".type");
+    }
+    const json* fn = FindField(call, "function");
+    if (fn == nullptr || !fn->is_object()) {
+      Fail("'" + cparam + ".function' must be an object", cparam + ".function");
+    }
+    const auto name = GetString(*fn, "name", cparam + ".function.name");
+    if (!name) Fail("'" + cparam + ".function.name' is required", cparam + ".function.name");
+    const std::string aparam = cparam + ".function.arguments";
+    const json* args = FindField(*fn, "arguments");
+    nlohmann::ordered_json arguments = nlohmann::ordered_json::object();
+    if (args != nullptr && args->is_string()) {
+      arguments = nlohmann::ordered_json::parse(args->get<std::string>(), nullptr,
+                                                /*allow_exceptions=*/false);
+      if (!arguments.is_object()) Fail("'" + aparam + "' must be JSON text of an object", aparam);
+    } else if (args != nullptr && args->is_object()) {
+      arguments = nlohmann::ordered_json(*args);
+    } else if (args != nullptr) {
+      Fail("'" + aparam + "' must be JSON text of an object, got " + JsonTypeName(*args), aparam);
+    }
+    nlohmann::ordered_json entry = nlohmann::ordered_json::object();
+    if (id) entry["id"] = *id;
+    entry["type"] = "function";
+    entry["function"] = {{"name", *name}, {"arguments", std::move(arguments)}};
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<ChatMessage> ParseChatMessages(const json& body) {
@@ -65,16 +111,28 @@ std::vector<ChatMessage> ParseChatMessages(const json& body) {
     }
     const auto role = GetString(message, "role", param + ".role");
     if (!role) Fail("'" + param + ".role' is required", param + ".role");
-    if (*role != "system" && *role != "developer" && *role != "user" && *role != "assistant") {
+    if (*role != "system" && *role != "developer" && *role != "user" && *role != "assistant" &&
+        *role != "tool") {
       Fail("'" + param +
-               ".role' must be \"system\", \"developer\", \"user\" or \"assistant\", got \"" +
+               ".role' must be \"system\", \"developer\", \"user\", \"assistant\" or \"tool\", "
+               "got \"" +
                *role + "\"",
            param + ".role");
     }
     // OpenAI's newer clients send "developer" for what chat templates know as
     // "system" (OpenAI: developer messages replace system messages).
-    const std::string template_role = *role == "developer" ? "system" : *role;
-    out.push_back(ChatMessage{template_role, ParseContent(message, *role, param + ".content")});
+    ChatMessage m;
+    m.role = *role == "developer" ? "system" : *role;
+    m.content = ParseContent(message, *role, param + ".content");
+    m.content_null = *role == "assistant" && FindField(message, "content") == nullptr;
+    if (*role == "assistant") m.tool_calls = ParseToolCallsField(message, param + ".tool_calls");
+    if (*role == "tool") {
+      const auto id = GetString(message, "tool_call_id", param + ".tool_call_id");
+      if (!id)
+        Fail("'" + param + ".tool_call_id' is required for role 'tool'", param + ".tool_call_id");
+      m.tool_call_id = *id;
+    }
+    out.push_back(std::move(m));
   }
   return out;
 }
@@ -93,6 +151,14 @@ ChatRequest ParseChatRequest(const json& body, const ModelContext& ctx) {
     r.top_logprobs = static_cast<int32_t>(*top);
   }
   r.add_generation_prompt = GetBool(body, "add_generation_prompt").value_or(true);
+  r.tools = ParseToolSettings(body);
+  if (r.tools.constrained() && r.params.constraint) {
+    throw ApiException(BadRequest(
+        "'tool_choice' \"" +
+            std::string(r.tools.choice == ToolSettings::Choice::kNamed ? "function" : "required") +
+            "\" cannot be combined with '" + r.params.constraint->param + "'",
+        "tool_choice"));
+  }
   return r;
 }
 

@@ -3,6 +3,7 @@
 
 #include "server/http/json_fields.h"
 #include "server/http/openai_errors.h"
+#include "server/http/unsupported_fields.h"
 
 namespace tq::http {
 namespace {
@@ -64,6 +65,7 @@ std::vector<PromptInput> ParsePrompts(const json& body, const ModelContext& ctx)
 CompletionRequest ParseCompletionRequest(const json& body, const ModelContext& ctx) {
   CompletionRequest r;
   r.params = ParseGenerationParams(body, ctx, /*default_max_tokens=*/16);
+  RejectChatOnlyFields(body);
   r.prompts = ParsePrompts(body, ctx);
   if (static_cast<int64_t>(r.prompts.size()) * r.params.n > kMaxSubRequests) {
     throw ApiException(

@@ -10,6 +10,8 @@
 #include "server/http/openai_responses.h"
 #include "server/http/request_runner.h"
 #include "server/http/routes.h"
+#include "server/http/tool_request.h"
+#include "server/http/tool_response.h"
 
 namespace tq::http {
 namespace {
@@ -209,14 +211,23 @@ void HandleCompletions(ServerState& state, const HttpRequest& req, HttpResponse&
 void HandleChatCompletions(ServerState& state, const HttpRequest& req, HttpResponse& res) {
   EngineClient& engine = state.ReadyEngine();
   ChatRequest r = ParseChatRequest(ParseJsonBody(req), state.model());
+  const ChatTemplate& chat = state.chat_template();
+  const nlohmann::ordered_json tools = TemplateTools(req.body, r.tools, chat);
   if (r.params.constraint) {
     r.params.sampling.grammar = CompileConstraint(*r.params.constraint, engine.grammars());
+  } else if (r.tools.constrained()) {
+    // tool_choice "required" or a named function: decode only calls.
+    RequestConstraint c;
+    c.spec.kind = structured::ConstraintSpec::Kind::kGrammar;
+    c.spec.text = ToolCallGrammar(chat.tool_call_format(), r.tools);
+    c.param = "tools";
+    r.params.sampling.grammar = CompileConstraint(c, engine.grammars());
   }
   const Tokenizer& tokenizer = engine.tokenizer();
   std::vector<int32_t> ids;
   try {
-    const ChatTemplate& chat = state.chat_template();
-    const std::string prompt = chat.Render(r.messages, r.add_generation_prompt);
+    const std::string prompt =
+        chat.Render(r.messages, r.add_generation_prompt, tools.is_null() ? nullptr : &tools);
     CheckPromptText(prompt, state.model(), "messages");
     ids = chat.Tokenize(prompt);
   } catch (const ChatTemplateError& e) {
@@ -234,6 +245,11 @@ void HandleChatCompletions(ServerState& state, const HttpRequest& req, HttpRespo
   const bool logprobs = r.logprobs;
   const int32_t top = r.top_logprobs;
   const int32_t n = r.params.n;
+  // With tools offered, each choice's text goes through a call parser.
+  const ToolCallFormat format =
+      r.tools.parse_output() ? chat.tool_call_format() : ToolCallFormat::kNone;
+  auto parsers =
+      std::make_shared<std::vector<ToolCallStreamParser>>(n, ToolCallStreamParser(format));
   endpoint->chunk_object = "chat.completion.chunk";
   endpoint->include_usage = r.params.include_usage;
   endpoint->open = [e = endpoint.get(), n](std::vector<json>& out) {
@@ -242,22 +258,38 @@ void HandleChatCompletions(ServerState& state, const HttpRequest& req, HttpRespo
                                   nullptr, e->include_usage));
     }
   };
-  endpoint->chunks = [e = endpoint.get(), &tokenizer, logprobs, top](const ChoiceDelta& d,
-                                                                     std::vector<json>& out) {
-    if (!d.text.empty() || !d.logprobs.empty()) {
+  endpoint->chunks = [e = endpoint.get(), &tokenizer, logprobs, top, format, parsers](
+                         const ChoiceDelta& d, std::vector<json>& out) {
+    ToolCallStreamParser& parser = (*parsers)[static_cast<size_t>(d.index)];
+    const std::string text = format == ToolCallFormat::kNone ? d.text : parser.Feed(d.text);
+    if (!text.empty() || !d.logprobs.empty()) {
       out.push_back(
-          ChatChunkJson(e->meta, d.index, {{"content", d.text}},
+          ChatChunkJson(e->meta, d.index, {{"content", text}},
                         logprobs ? ChatLogprobsJson(d.logprobs, tokenizer, top) : json(nullptr), "",
                         nullptr, e->include_usage));
     }
-    if (d.finished()) {
-      out.push_back(ChatChunkJson(e->meta, d.index, json::object(), nullptr, d.finish_reason,
-                                  d.stop_reason, e->include_usage));
+    if (!d.finished()) return;
+    std::string finish_reason = d.finish_reason;
+    if (format != ToolCallFormat::kNone) {
+      const ParsedToolOutput rest = parser.Finish();
+      if (rest.content && !rest.content->empty()) {
+        out.push_back(ChatChunkJson(e->meta, d.index, {{"content", *rest.content}}, nullptr, "",
+                                    nullptr, e->include_usage));
+      }
+      for (json& delta : ToolCallDeltas(rest.calls)) {
+        out.push_back(ChatChunkJson(e->meta, d.index, std::move(delta), nullptr, "", nullptr,
+                                    e->include_usage));
+      }
+      if (!rest.calls.empty()) finish_reason = "tool_calls";
     }
+    out.push_back(ChatChunkJson(e->meta, d.index, json::object(), nullptr, finish_reason,
+                                d.stop_reason, e->include_usage));
   };
-  endpoint->body = [e = endpoint.get(), &tokenizer, logprobs, top](
+  endpoint->body = [e = endpoint.get(), &tokenizer, logprobs, top, format](
                        const std::vector<ChoiceResult>& results, const Usage& usage) {
-    return ChatResponseJson(e->meta, results, usage, tokenizer, logprobs, top);
+    json body = ChatResponseJson(e->meta, results, usage, tokenizer, logprobs, top);
+    if (format != ToolCallFormat::kNone) ApplyToolCalls(format, body);
+    return body;
   };
   Run(state, res, engine, std::move(choices), r.params, logprobs, std::move(endpoint));
 }

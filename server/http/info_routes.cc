@@ -5,6 +5,7 @@
 #include "server/http/json_fields.h"
 #include "server/http/openai_responses.h"
 #include "server/http/routes.h"
+#include "server/http/tool_request.h"
 
 #ifndef TQ_VERSION
 #define TQ_VERSION "0.0.0"
@@ -37,9 +38,11 @@ void HandleTokenize(ServerState& state, const HttpRequest& req, HttpResponse& re
     // vLLM's chat form: the rendered template (add_generation_prompt default true).
     const std::vector<ChatMessage> messages = ParseChatMessages(body);
     const bool add_generation_prompt = GetBool(body, "add_generation_prompt").value_or(true);
+    const ChatTemplate& chat = state.chat_template();
+    const nlohmann::ordered_json tools = TemplateTools(req.body, ParseToolSettings(body), chat);
     try {
-      const ChatTemplate& chat = state.chat_template();
-      const std::string prompt = chat.Render(messages, add_generation_prompt);
+      const std::string prompt =
+          chat.Render(messages, add_generation_prompt, tools.is_null() ? nullptr : &tools);
       CheckPromptText(prompt, state.model(), "messages");
       tokens = chat.Tokenize(prompt);
     } catch (const ChatTemplateError& e) {

@@ -29,7 +29,6 @@ struct AlwaysRefused {
 };
 
 constexpr AlwaysRefused kAlwaysRefused[] = {
-    {"tools", true, "tqserve has no tool calling yet"},
     {"functions", true, "tqserve has no function calling yet"},
     {"audio", false, "tqserve generates text only"},
     {"prediction", false, "predicted outputs are not implemented"},
@@ -57,7 +56,10 @@ void CheckToolChoice(const json& body, std::string_view name) {
   if (v == nullptr) return;
   // Without tools, "none" and "auto" both mean plain text.
   if (v->is_string() && (*v == "none" || *v == "auto")) return;
-  Refuse(std::string(name), "tqserve has no tool calling yet (only \"none\" or \"auto\")");
+  Refuse(std::string(name),
+         name == "tool_choice"
+             ? "tool calling is for /v1/chat/completions (only \"none\" or \"auto\" here)"
+             : "use 'tools' and 'tool_choice' (only \"none\" or \"auto\")");
 }
 
 void CheckModalities(const json& body) {
@@ -79,7 +81,6 @@ void RejectUnimplementedFields(const json& body, int64_t n) {
     if (v == nullptr || (f.empty_ok && IsEmptyContainer(*v))) continue;
     Refuse(std::string(f.name), std::string(f.why));
   }
-  CheckToolChoice(body, "tool_choice");
   CheckToolChoice(body, "function_call");
   CheckModalities(body);
   if (const auto best_of = GetInt(body, "best_of", 1); best_of && *best_of != n) {
@@ -97,6 +98,14 @@ void RejectUnimplementedFields(const json& body, int64_t n) {
   RequireDefault(body, "include_stop_str_in_output", false, "not implemented");
   RequireDefault(body, "skip_special_tokens", true, "special tokens are always skipped");
   RequireDefault(body, "continue_final_message", false, "not implemented");
+}
+
+void RejectChatOnlyFields(const json& body) {
+  const json* tools = FindField(body, "tools");
+  if (tools != nullptr && !IsEmptyContainer(*tools)) {
+    Refuse("tools", "tool calling is for /v1/chat/completions");
+  }
+  CheckToolChoice(body, "tool_choice");
 }
 
 }  // namespace tq::http

@@ -35,6 +35,44 @@ jinja::Value StrftimeNow(const jinja::CallArgs& args) {
   return std::string(buf, n);
 }
 
+// JSON -> a template value (objects keep their key order).
+jinja::Value FromJson(const nlohmann::ordered_json& j) {
+  switch (j.type()) {
+    case nlohmann::ordered_json::value_t::null:
+      return jinja::Value::None();
+    case nlohmann::ordered_json::value_t::boolean:
+      return j.get<bool>();
+    case nlohmann::ordered_json::value_t::number_integer:
+    case nlohmann::ordered_json::value_t::number_unsigned:
+      return j.get<int64_t>();
+    case nlohmann::ordered_json::value_t::number_float:
+      return j.get<double>();
+    case nlohmann::ordered_json::value_t::string:
+      return j.get<std::string>();
+    case nlohmann::ordered_json::value_t::array: {
+      std::vector<jinja::Value> items;
+      for (const auto& e : j) items.push_back(FromJson(e));
+      return jinja::Value::List(std::move(items));
+    }
+    case nlohmann::ordered_json::value_t::object: {
+      std::vector<std::pair<std::string, jinja::Value>> items;
+      for (const auto& [k, v] : j.items()) items.emplace_back(k, FromJson(v));
+      return jinja::Value::Dict(std::move(items));
+    }
+    default:
+      return jinja::Value::None();
+  }
+}
+
+jinja::Value MessageValue(const ChatMessage& m) {
+  std::vector<std::pair<std::string, jinja::Value>> items = {
+      {"role", m.role},
+      {"content", m.content_null ? jinja::Value::None() : jinja::Value(m.content)}};
+  if (!m.tool_calls.is_null()) items.emplace_back("tool_calls", FromJson(m.tool_calls));
+  if (!m.tool_call_id.empty()) items.emplace_back("tool_call_id", m.tool_call_id);
+  return jinja::Value::Dict(std::move(items));
+}
+
 }  // namespace
 
 struct ChatTemplate::Impl {
@@ -78,6 +116,8 @@ ChatTemplate::ChatTemplate(const ModelFiles& files, const Tokenizer& tokenizer)
                                                     : tokenizer.IdToPiece(tokenizer.eos_id());
   uses_fallback_ = files.tokenizer.chat_template.empty();
   if (uses_fallback_) return;
+  uses_tools_ = TemplateUsesTools(files.tokenizer.chat_template);
+  tool_call_format_ = ToolCallFormatForTemplate(files.tokenizer.chat_template);
   try {
     im.tmpl.emplace(files.tokenizer.chat_template);
   } catch (const Error& e) {
@@ -100,7 +140,8 @@ ChatTemplate::ChatTemplate(const ModelFiles& files, const Tokenizer& tokenizer)
 ChatTemplate::~ChatTemplate() = default;
 
 std::string ChatTemplate::Render(const std::vector<ChatMessage>& messages,
-                                 bool add_generation_prompt) const {
+                                 bool add_generation_prompt,
+                                 const nlohmann::ordered_json* tools) const {
   if (uses_fallback_) {
     std::string out;
     for (size_t i = 0; i < messages.size(); ++i) {
@@ -111,10 +152,8 @@ std::string ChatTemplate::Render(const std::vector<ChatMessage>& messages,
   }
   std::vector<jinja::Value> list;
   list.reserve(messages.size());
-  for (const ChatMessage& m : messages) {
-    list.push_back(jinja::Value::Dict({{"role", m.role}, {"content", m.content}}));
-  }
-  const jinja::Context context = {
+  for (const ChatMessage& m : messages) list.push_back(MessageValue(m));
+  jinja::Context context = {
       {"messages", jinja::Value::List(std::move(list))},
       {"add_generation_prompt", add_generation_prompt},
       {"bos_token", impl_->bos_token},
@@ -125,6 +164,7 @@ std::string ChatTemplate::Render(const std::vector<ChatMessage>& messages,
        })},
       {"strftime_now", jinja::Value::Func(StrftimeNow)},
   };
+  if (tools != nullptr) context.emplace_back("tools", FromJson(*tools));
   try {
     return impl_->tmpl->Render(context);
   } catch (const jinja::RenderError& e) {

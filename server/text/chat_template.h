@@ -3,20 +3,29 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "engine/model/model_config.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "server/text/tool_calls.h"
 
 namespace tq {
 
 /// One OpenAI chat message after the front end flattened its content (a
-/// string, or the text parts of an array joined with "\n").
+/// string, or the text parts of an array joined with "\n"). The template sees
+/// a dict {"role", "content", and where set "tool_calls", "tool_call_id"}.
 struct ChatMessage {
-  std::string role;  // "system", "user", "assistant"
+  std::string role;  // "system", "user", "assistant", "tool"
   std::string content;
+  bool content_null = false;  // an assistant turn that only called tools: content is None
+  // An assistant's calls: [{"id", "type": "function", "function": {"name",
+  // "arguments": an object}}] (arguments parsed from the request's JSON
+  // text, as vLLM passes them to templates); null when none.
+  nlohmann::ordered_json tool_calls = nullptr;
+  std::string tool_call_id = {};  // role "tool": the call it answers
 };
 
 /// A template error that is the request's fault (the template called
@@ -43,8 +52,12 @@ class ChatTemplate {
   ~ChatTemplate();
 
   /// The prompt text for `messages`; add_generation_prompt appends the
-  /// assistant turn's header. Throws ChatTemplateError (see above).
-  std::string Render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  /// assistant turn's header; `tools` (OpenAI's list of function tools, key
+  /// order as sent) is the template's `tools` variable when non-null, as
+  /// transformers' apply_chat_template(tools=...) passes it. Throws
+  /// ChatTemplateError (see above).
+  std::string Render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                     const nlohmann::ordered_json* tools = nullptr) const;
 
   /// Token ids of a rendered prompt: special-token strings in the text (the
   /// template's own "<s>", "</s>", "<|begin_of_text|>"...) become their ids,
@@ -53,11 +66,17 @@ class ChatTemplate {
   std::vector<int32_t> Tokenize(const std::string& prompt) const;
 
   bool uses_fallback() const { return uses_fallback_; }
+  /// The template uses the `tools` variable (tool calling is offered).
+  bool uses_tools() const { return uses_tools_; }
+  /// How this model writes tool calls (ToolCallFormatForTemplate).
+  ToolCallFormat tool_call_format() const { return tool_call_format_; }
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
   bool uses_fallback_ = true;
+  bool uses_tools_ = false;
+  ToolCallFormat tool_call_format_ = ToolCallFormat::kNone;
 };
 
 }  // namespace tq

@@ -17,7 +17,7 @@ or, for one model directory's tokenizer_config.json (its chat_template,
 bos_token and eos_token, as transformers' apply_chat_template passes them):
 
     python3 jinja_ref.py --render-config DIR/tokenizer_config.json \
-        --messages MESSAGES.json [--no-generation-prompt]
+        --messages MESSAGES.json [--tools TOOLS.json] [--no-generation-prompt]
 
 which prints {"text": the rendered prompt} (or RESULT's error form) as JSON.
 
@@ -92,6 +92,9 @@ def render_config(env, args):
     if isinstance(source, list):  # [{"name": "default", "template": ...}, ...]
         source = next(t["template"] for t in source if t.get("name") == "default")
     context = {"messages": messages, "add_generation_prompt": not args.no_generation_prompt}
+    if args.tools:  # apply_chat_template(tools=...)
+        with open(args.tools, encoding="utf-8") as f:
+            context["tools"] = json.load(f)
     for key in ("bos_token", "eos_token"):
         if special(config, key) is not None:
             context[key] = special(config, key)
@@ -109,6 +112,7 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--render-config", help="a tokenizer_config.json to render --messages with")
     ap.add_argument("--messages", help="JSON file: the messages list")
+    ap.add_argument("--tools", help="JSON file: the tools list (apply_chat_template's tools)")
     ap.add_argument("--no-generation-prompt", action="store_true")
     args = ap.parse_args()
 

@@ -3,6 +3,7 @@
 # fake engine, the HTTP routes on a real socket, and `tqserve serve` as a process.
 tq_unit_test(tq_test_openai
   test_openai_requests.cc
+  test_tool_request.cc
   test_openai_responses.cc
   test_openai_runner.cc
   test_request_session.cc

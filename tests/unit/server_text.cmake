@@ -3,7 +3,8 @@
 # from Python jinja2 rendering the same templates as Hugging Face transformers
 # does (tests/reference/jinja_ref.py), run as a tq_reference fixture.
 if(TARGET tq_server_text)
-  tq_unit_test(tq_test_server_text test_output_text.cc test_jinja.cc test_chat_template.cc)
+  tq_unit_test(tq_test_server_text test_output_text.cc test_jinja.cc test_chat_template.cc
+    test_tool_calls.cc)
   target_link_libraries(tq_test_server_text PRIVATE tq_server_text nlohmann_json::nlohmann_json)
 
   add_test(NAME reference.jinja

@@ -232,7 +232,16 @@ TEST(OpenAiChatRequest, EachInvalidFieldIs400NamingIt) {
       {R"({"messages": []})", "messages"},
       {R"({"messages": [3]})", "messages[0]"},
       {R"({"messages": [{"content": "x"}]})", "messages[0].role"},
-      {R"({"messages": [{"role": "tool", "content": "x"}]})", "messages[0].role"},
+      {R"({"messages": [{"role": "robot", "content": "x"}]})", "messages[0].role"},
+      {R"({"messages": [{"role": "tool", "content": "x"}]})", "messages[0].tool_call_id"},
+      {R"({"messages": [{"role": "tool", "tool_call_id": "c"}]})", "messages[0].content"},
+      {R"({"messages": [{"role": "assistant", "tool_calls": {}}]})", "messages[0].tool_calls"},
+      {R"({"messages": [{"role": "assistant", "tool_calls": [{"type": "function",
+          "function": {"name": "f", "arguments": "{not json"}}]}]})",
+       "messages[0].tool_calls[0].function.arguments"},
+      {R"({"messages": [{"role": "assistant", "tool_calls": [{"type": "function",
+          "function": {"arguments": "{}"}}]}]})",
+       "messages[0].tool_calls[0].function.name"},
       {R"({"messages": [{"role": 1, "content": "x"}]})", "messages[0].role"},
       {R"({"messages": [{"role": "user"}]})", "messages[0].content"},
       {R"({"messages": [{"role": "user", "content": 5}]})", "messages[0].content"},
@@ -403,11 +412,20 @@ std::string ParamOf(Fn&& fn) {
 
 struct Case {
   const char* extra;
-  const char* param;  // "" = accepted
+  const char* param;                 // "" = accepted
+  const char* chat_param = nullptr;  // where chat differs (tool calling is chat-only)
 };
 
 const Case kCases[] = {
-    {R"({"tools": [{"type": "function", "function": {"name": "f"}}]})", "tools"},
+    {R"({"tools": [{"type": "function", "function": {"name": "f"}}]})", "tools", ""},
+    {R"({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required"})",
+     "tools", ""},
+    {R"({"tools": [{"type": "function", "function": {"name": "a b"}}]})", "tools",
+     "tools[0].function.name"},
+    {R"({"tools": {"type": "function"}})", "tools", "tools"},
+    {R"({"tools": [{"type": "function", "function": {"name": "f"}}],
+         "tool_choice": {"type": "function", "function": {"name": "g"}}})",
+     "tools", "tool_choice"},
     {R"({"tools": []})", ""},
     {R"({"tool_choice": "required"})", "tool_choice"},
     {R"({"tool_choice": {"type": "function", "function": {"name": "f"}}})", "tool_choice"},
@@ -458,7 +476,8 @@ TEST(OpenAiFieldStatus, UnimplementedOutputFieldsAre400OnBothEndpoints) {
   for (const Case& c : kCases) {
     EXPECT_EQ(ParamOf([&] { ParseCompletionRequest(Completion(c.extra), Ctx()); }), c.param)
         << "completions " << c.extra;
-    EXPECT_EQ(ParamOf([&] { ParseChatRequest(Chat(c.extra), Ctx()); }), c.param)
+    EXPECT_EQ(ParamOf([&] { ParseChatRequest(Chat(c.extra), Ctx()); }),
+              c.chat_param != nullptr ? c.chat_param : c.param)
         << "chat " << c.extra;
   }
 }
@@ -492,7 +511,8 @@ TEST(OpenAiFieldStatus, MessageNamesTheField) {
     ParseChatRequest(Chat(R"({"tools": [{"type": "function"}]})"), Ctx());
     FAIL() << "tools accepted";
   } catch (const ApiException& e) {
-    EXPECT_NE(e.error().message.find("'tools'"), std::string::npos) << e.error().message;
+    EXPECT_NE(e.error().message.find("'tools[0].function'"), std::string::npos)
+        << e.error().message;
   }
 }
 

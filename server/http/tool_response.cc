@@ -1,0 +1,58 @@
+// Tool calls in chat responses (see tool_response.h).
+#include "server/http/tool_response.h"
+
+#include <random>
+
+namespace tq::http {
+
+using nlohmann::json;
+
+std::string NewToolCallId() {
+  static constexpr char kAlphabet[] =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::uniform_int_distribution<size_t> pick(0, sizeof kAlphabet - 2);
+  std::string id = "call_";
+  for (int i = 0; i < 24; ++i) id += kAlphabet[pick(rng)];
+  return id;
+}
+
+json ToolCallsJson(const std::vector<ParsedToolCall>& calls) {
+  json out = json::array();
+  for (const ParsedToolCall& c : calls) {
+    out.push_back({{"id", NewToolCallId()},
+                   {"type", "function"},
+                   {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  }
+  return out;
+}
+
+void ApplyToolCalls(ToolCallFormat format, json& body) {
+  for (json& choice : body["choices"]) {
+    json& message = choice["message"];
+    if (!message["content"].is_string()) continue;
+    ParsedToolOutput parsed = ParseToolCalls(format, message["content"].get<std::string>());
+    if (parsed.calls.empty()) continue;
+    message["content"] = parsed.content ? json(*parsed.content) : json(nullptr);
+    message["tool_calls"] = ToolCallsJson(parsed.calls);
+    choice["finish_reason"] = "tool_calls";
+  }
+}
+
+std::vector<json> ToolCallDeltas(const std::vector<ParsedToolCall>& calls, int32_t first_index) {
+  std::vector<json> out;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const int32_t index = first_index + static_cast<int32_t>(i);
+    out.push_back({{"tool_calls",
+                    json::array({{{"index", index},
+                                  {"id", NewToolCallId()},
+                                  {"type", "function"},
+                                  {"function", {{"name", calls[i].name}, {"arguments", ""}}}}})}});
+    out.push_back(
+        {{"tool_calls",
+          json::array({{{"index", index}, {"function", {{"arguments", calls[i].arguments}}}}})}});
+  }
+  return out;
+}
+
+}  // namespace tq::http

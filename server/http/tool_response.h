@@ -1,0 +1,35 @@
+// Tool calls in chat responses: the parsed calls (server/text/tool_calls.h)
+// as OpenAI's message.tool_calls and streamed tool-call deltas.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "server/text/tool_calls.h"
+
+namespace tq::http {
+
+/// "call_" + 24 random alphanumerics (unique per call, as OpenAI's ids).
+std::string NewToolCallId();
+
+/// message.tool_calls: [{"id", "type": "function", "function": {"name",
+/// "arguments": JSON text}}], each with a new id.
+nlohmann::json ToolCallsJson(const std::vector<ParsedToolCall>& calls);
+
+/// Rewrites the choices of a non-streamed chat body (ChatResponseJson):
+/// where message.content parses as calls in `format`, message.tool_calls is
+/// set, content becomes the text before the calls (null when none) and
+/// finish_reason "tool_calls".
+void ApplyToolCalls(ToolCallFormat format, nlohmann::json& body);
+
+/// The streamed deltas of `calls` (chunk `delta` objects): per call one
+/// {"tool_calls": [{"index", "id", "type", "function": {"name", "arguments":
+/// ""}}]} then {"tool_calls": [{"index", "function": {"arguments": ...}}]}
+/// (OpenAI's fragments; here the whole arguments in one). `first_index` is
+/// the index of the first call within the choice.
+std::vector<nlohmann::json> ToolCallDeltas(const std::vector<ParsedToolCall>& calls,
+                                           int32_t first_index = 0);
+
+}  // namespace tq::http

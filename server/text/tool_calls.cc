@@ -1,0 +1,274 @@
+// Tool-call output parsers (see tool_calls.h).
+#include "server/text/tool_calls.h"
+
+#include <nlohmann/json.hpp>
+
+namespace tq {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+constexpr std::string_view kHermesOpen = "<tool_call>";
+constexpr std::string_view kHermesClose = "</tool_call>";
+constexpr std::string_view kPythonTag = "<|python_tag|>";
+constexpr std::string_view kMistralMarker = "[TOOL_CALLS]";
+
+bool IsSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+size_t SkipSpace(std::string_view s, size_t i) {
+  while (i < s.size() && IsSpace(s[i])) ++i;
+  return i;
+}
+
+std::string_view Trim(std::string_view s) {
+  const size_t b = SkipSpace(s, 0);
+  size_t e = s.size();
+  while (e > b && IsSpace(s[e - 1])) --e;
+  return s.substr(b, e - b);
+}
+
+bool OnlySpace(std::string_view s) {
+  return SkipSpace(s, 0) == s.size();
+}
+
+// The marker a call may start with anywhere in the reply, and the first
+// character of a reply that is nothing but calls ('\0': none).
+std::string_view MarkerOf(ToolCallFormat f) {
+  switch (f) {
+    case ToolCallFormat::kHermes:
+      return kHermesOpen;
+    case ToolCallFormat::kLlama3Json:
+      return kPythonTag;
+    case ToolCallFormat::kMistral:
+      return kMistralMarker;
+    case ToolCallFormat::kNone:
+      break;
+  }
+  return {};
+}
+
+char LeadOf(ToolCallFormat f) {
+  if (f == ToolCallFormat::kLlama3Json) return '{';
+  if (f == ToolCallFormat::kMistral) return '[';
+  return '\0';
+}
+
+// Where the call part of `text` starts: the marker's first occurrence, or 0
+// when the reply starts (after whitespace) with the format's lead character;
+// npos when there is none.
+size_t CallStart(ToolCallFormat f, std::string_view text) {
+  const char lead = LeadOf(f);
+  if (lead != '\0') {
+    const size_t first = SkipSpace(text, 0);
+    if (first < text.size() && text[first] == lead) return 0;
+  }
+  const std::string_view marker = MarkerOf(f);
+  return marker.empty() ? std::string_view::npos : text.find(marker);
+}
+
+// The end of the JSON object or array starting at s[i] ('{' or '['): brackets
+// balanced outside strings. npos when it does not close.
+size_t JsonValueEnd(std::string_view s, size_t i) {
+  int depth = 0;
+  bool in_string = false;
+  for (; i < s.size(); ++i) {
+    const char c = s[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if (c == '}' || c == ']') {
+      if (--depth == 0) return i + 1;
+    }
+  }
+  return std::string_view::npos;
+}
+
+// {"name": str, "arguments"|"parameters": object | JSON text of an object}.
+std::optional<ParsedToolCall> CallFromJson(const ojson& v) {
+  if (!v.is_object()) return std::nullopt;
+  const auto name = v.find("name");
+  if (name == v.end() || !name->is_string() || name->get<std::string>().empty()) {
+    return std::nullopt;
+  }
+  auto args = v.find("arguments");
+  if (args == v.end()) args = v.find("parameters");
+  ojson arguments = ojson::object();
+  if (args != v.end()) {
+    arguments = *args;
+    if (arguments.is_string()) {
+      arguments = ojson::parse(args->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+    }
+    if (!arguments.is_object()) return std::nullopt;
+  }
+  return ParsedToolCall{name->get<std::string>(), arguments.dump()};
+}
+
+std::optional<ParsedToolCall> CallFromText(std::string_view text) {
+  const ojson v = ojson::parse(Trim(text), nullptr, /*allow_exceptions=*/false);
+  if (v.is_discarded()) return std::nullopt;
+  return CallFromJson(v);
+}
+
+// `<tool_call>BODY</tool_call>` blocks; the last may be unterminated.
+bool ParseHermes(std::string_view s, std::vector<ParsedToolCall>* calls) {
+  size_t i = s.find(kHermesOpen);
+  while (i != std::string_view::npos) {
+    const size_t body = i + kHermesOpen.size();
+    const size_t close = s.find(kHermesClose, body);
+    const std::string_view text =
+        s.substr(body, close == std::string_view::npos ? std::string_view::npos : close - body);
+    auto call = CallFromText(text);
+    if (!call) return false;
+    calls->push_back(std::move(*call));
+    if (close == std::string_view::npos) break;
+    i = s.find(kHermesOpen, close + kHermesClose.size());
+  }
+  return !calls->empty();
+}
+
+// `{...}; {...}` (Llama 3) or `[{...}, ...]` (Mistral), optionally after the
+// format's marker, and nothing else but whitespace.
+bool ParseJsonCalls(ToolCallFormat f, std::string_view s, std::vector<ParsedToolCall>* calls) {
+  size_t i = SkipSpace(s, 0);
+  const std::string_view marker = MarkerOf(f);
+  if (s.substr(i, marker.size()) == marker) i = SkipSpace(s, i + marker.size());
+  while (i < s.size()) {
+    if (s[i] != '{' && s[i] != '[') return false;
+    const size_t end = JsonValueEnd(s, i);
+    if (end == std::string_view::npos) return false;
+    const ojson v = ojson::parse(s.substr(i, end - i), nullptr, /*allow_exceptions=*/false);
+    if (v.is_discarded()) return false;
+    if (v.is_array()) {
+      if (v.empty()) return false;
+      for (const ojson& item : v) {
+        auto call = CallFromJson(item);
+        if (!call) return false;
+        calls->push_back(std::move(*call));
+      }
+    } else {
+      auto call = CallFromJson(v);
+      if (!call) return false;
+      calls->push_back(std::move(*call));
+    }
+    i = SkipSpace(s, end);
+    if (i < s.size() && s[i] == ';') i = SkipSpace(s, i + 1);
+  }
+  return !calls->empty();
+}
+
+// The longest proper prefix of `marker` that `text` ends with.
+size_t PartialMarkerSuffix(std::string_view text, std::string_view marker) {
+  for (size_t n = std::min(marker.size() - 1, text.size()); n > 0; --n) {
+    if (text.substr(text.size() - n) == marker.substr(0, n)) return n;
+  }
+  return 0;
+}
+
+}  // namespace
+
+bool TemplateUsesTools(std::string_view source) {
+  // The identifier `tools` (not part of a longer name such as builtin_tools).
+  const auto ident = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+  };
+  for (size_t i = source.find("tools"); i != std::string_view::npos;
+       i = source.find("tools", i + 1)) {
+    const bool before = i > 0 && ident(source[i - 1]);
+    const bool after = i + 5 < source.size() && ident(source[i + 5]);
+    if (!before && !after) return true;
+  }
+  return false;
+}
+
+ToolCallFormat ToolCallFormatForTemplate(std::string_view source) {
+  if (!TemplateUsesTools(source)) return ToolCallFormat::kNone;
+  if (source.find(kHermesOpen) != std::string_view::npos) return ToolCallFormat::kHermes;
+  if (source.find(kMistralMarker) != std::string_view::npos) return ToolCallFormat::kMistral;
+  if (source.find(kPythonTag) != std::string_view::npos ||
+      (source.find("<|start_header_id|>") != std::string_view::npos &&
+       source.find("parameters") != std::string_view::npos)) {
+    return ToolCallFormat::kLlama3Json;
+  }
+  return ToolCallFormat::kNone;
+}
+
+std::string_view ToolCallFormatName(ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::kHermes:
+      return "hermes";
+    case ToolCallFormat::kLlama3Json:
+      return "llama3_json";
+    case ToolCallFormat::kMistral:
+      return "mistral";
+    case ToolCallFormat::kNone:
+      break;
+  }
+  return "none";
+}
+
+ParsedToolOutput ParseToolCalls(ToolCallFormat format, std::string_view text) {
+  ParsedToolOutput out;
+  const size_t start = CallStart(format, text);
+  if (start != std::string_view::npos) {
+    const std::string_view rest = text.substr(start);
+    const bool ok = format == ToolCallFormat::kHermes ? ParseHermes(rest, &out.calls)
+                                                      : ParseJsonCalls(format, rest, &out.calls);
+    if (ok) {
+      const std::string_view before = text.substr(0, start);
+      if (!OnlySpace(before)) out.content = std::string(before);
+      return out;
+    }
+    out.calls.clear();
+  }
+  out.content = std::string(text);
+  return out;
+}
+
+std::string ToolCallStreamParser::Feed(std::string_view delta) {
+  text_ += delta;
+  if (holding_ || format_ == ToolCallFormat::kNone) {
+    if (format_ != ToolCallFormat::kNone) return "";
+    std::string out = text_.substr(released_);
+    released_ = text_.size();
+    return out;
+  }
+  const std::string_view text = text_;
+  size_t limit = text.size();  // release text_[released_, limit)
+  const size_t start = CallStart(format_, text);
+  if (start != std::string_view::npos) {
+    holding_ = true;
+    limit = start;
+  } else {
+    limit -= PartialMarkerSuffix(text, MarkerOf(format_));
+    // A reply that is all whitespace so far may still turn out to be calls
+    // only (the lead-character forms), and content ends before the
+    // whitespace in front of a call: hold trailing whitespace.
+    while (limit > released_ && IsSpace(text[limit - 1])) --limit;
+  }
+  while (limit > released_ && IsSpace(text[limit - 1])) --limit;
+  if (limit <= released_) return "";
+  std::string out(text.substr(released_, limit - released_));
+  released_ = limit;
+  return out;
+}
+
+ParsedToolOutput ToolCallStreamParser::Finish() {
+  ParsedToolOutput out = ParseToolCalls(format_, text_);
+  if (out.content) {
+    // What was released is always a prefix of the content (see Feed).
+    out.content = out.content->substr(std::min(released_, out.content->size()));
+    if (out.content->empty() && !out.calls.empty()) out.content.reset();
+  }
+  return out;
+}
+
+}  // namespace tq
