@@ -268,6 +268,13 @@ void HandleChatCompletions(ServerState& state, const HttpRequest& req, HttpRespo
                         logprobs ? ChatLogprobsJson(d.logprobs, tokenizer, top) : json(nullptr), "",
                         nullptr, e->include_usage));
     }
+    const auto send_pieces = [&] {
+      for (const ToolCallPiece& piece : parser.TakePieces()) {
+        out.push_back(ChatChunkJson(e->meta, d.index, ToolCallPieceDelta(piece), nullptr, "",
+                                    nullptr, e->include_usage));
+      }
+    };
+    send_pieces();
     if (!d.finished()) return;
     std::string finish_reason = d.finish_reason;
     if (format != ToolCallFormat::kNone) {
@@ -276,11 +283,8 @@ void HandleChatCompletions(ServerState& state, const HttpRequest& req, HttpRespo
         out.push_back(ChatChunkJson(e->meta, d.index, {{"content", *rest.content}}, nullptr, "",
                                     nullptr, e->include_usage));
       }
-      for (json& delta : ToolCallDeltas(rest.calls)) {
-        out.push_back(ChatChunkJson(e->meta, d.index, std::move(delta), nullptr, "", nullptr,
-                                    e->include_usage));
-      }
-      if (!rest.calls.empty()) finish_reason = "tool_calls";
+      send_pieces();
+      if (parser.calls_started() > 0) finish_reason = "tool_calls";
     }
     out.push_back(ChatChunkJson(e->meta, d.index, json::object(), nullptr, finish_reason,
                                 d.stop_reason, e->include_usage));

@@ -55,4 +55,16 @@ std::vector<json> ToolCallDeltas(const std::vector<ParsedToolCall>& calls, int32
   return out;
 }
 
+nlohmann::json ToolCallPieceDelta(const ToolCallPiece& piece) {
+  nlohmann::json call = {{"index", piece.index}};
+  if (!piece.name.empty()) {
+    call["id"] = NewToolCallId();
+    call["type"] = "function";
+    call["function"] = {{"name", piece.name}, {"arguments", ""}};
+  } else {
+    call["function"] = {{"arguments", piece.arguments}};
+  }
+  return {{"tool_calls", nlohmann::json::array({std::move(call)})}};
+}
+
 }  // namespace tq::http

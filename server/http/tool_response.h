@@ -32,4 +32,10 @@ void ApplyToolCalls(ToolCallFormat format, nlohmann::json& body);
 std::vector<nlohmann::json> ToolCallDeltas(const std::vector<ParsedToolCall>& calls,
                                            int32_t first_index = 0);
 
+/// The chunk `delta` of one streamed call piece: a name piece is
+/// {"tool_calls": [{"index", "id" (new), "type": "function", "function":
+/// {"name", "arguments": ""}}]}, an arguments piece {"tool_calls":
+/// [{"index", "function": {"arguments": fragment}}]}.
+nlohmann::json ToolCallPieceDelta(const ToolCallPiece& piece);
+
 }  // namespace tq::http

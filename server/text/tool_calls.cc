@@ -173,6 +173,57 @@ size_t PartialMarkerSuffix(std::string_view text, std::string_view marker) {
   return 0;
 }
 
+// The start of a Hermes call body, `{"name": "..."`, read from s[i]: kMore
+// while it may still complete, kNo when the body is something else; *args
+// is the position after the name.
+enum class Head : uint8_t { kOk, kMore, kNo };
+
+// Expects `lit` at s[*i] after whitespace; kMore when s ends inside it.
+Head Expect(std::string_view s, size_t* i, std::string_view lit) {
+  *i = SkipSpace(s, *i);
+  const std::string_view have = s.substr(*i, lit.size());
+  if (have != lit.substr(0, have.size())) return Head::kNo;
+  if (have.size() < lit.size()) return Head::kMore;
+  *i += lit.size();
+  return Head::kOk;
+}
+
+Head ReadHead(std::string_view s, size_t i, std::string* name, size_t* args) {
+  Head h;
+  if ((h = Expect(s, &i, "{")) != Head::kOk) return h;
+  if ((h = Expect(s, &i, "\"name\"")) != Head::kOk) return h;
+  if ((h = Expect(s, &i, ":")) != Head::kOk) return h;
+  if ((h = Expect(s, &i, "\"")) != Head::kOk) return h;
+  const size_t open = i - 1;
+  for (; i < s.size() && s[i] != '"'; ++i) {
+    if (s[i] == '\\') ++i;
+  }
+  if (i >= s.size()) return Head::kMore;
+  const ojson v = ojson::parse(s.substr(open, i + 1 - open), nullptr, false);
+  if (!v.is_string() || v.get<std::string>().empty()) return Head::kNo;
+  *name = v.get<std::string>();
+  *args = i + 1;
+  return Head::kOk;
+}
+
+// After the name: `, "arguments": {` (or "parameters") from s[i]; *args is
+// the position of the arguments' `{`.
+Head ReadArgsStart(std::string_view s, size_t i, size_t* args) {
+  Head h;
+  if ((h = Expect(s, &i, ",")) != Head::kOk) return h;
+  i = SkipSpace(s, i);
+  const std::string_view key = s.substr(i, 1) == "\"" && s.substr(i + 1, 1) == "p"
+                                   ? std::string_view("\"parameters\"")
+                                   : std::string_view("\"arguments\"");
+  if ((h = Expect(s, &i, key)) != Head::kOk) return h;
+  if ((h = Expect(s, &i, ":")) != Head::kOk) return h;
+  i = SkipSpace(s, i);
+  if (i >= s.size()) return Head::kMore;
+  if (s[i] != '{') return Head::kNo;
+  *args = i;
+  return Head::kOk;
+}
+
 }  // namespace
 
 bool TemplateUsesTools(std::string_view source) {
@@ -236,6 +287,7 @@ ParsedToolOutput ParseToolCalls(ToolCallFormat format, std::string_view text) {
 std::string ToolCallStreamParser::Feed(std::string_view delta) {
   text_ += delta;
   if (holding_ || format_ == ToolCallFormat::kNone) {
+    if (format_ == ToolCallFormat::kHermes) ScanHermes();
     if (format_ != ToolCallFormat::kNone) return "";
     std::string out = text_.substr(released_);
     released_ = text_.size();
@@ -247,6 +299,10 @@ std::string ToolCallStreamParser::Feed(std::string_view delta) {
   if (start != std::string_view::npos) {
     holding_ = true;
     limit = start;
+    if (format_ == ToolCallFormat::kHermes) {
+      scan_ = start;
+      ScanHermes();
+    }
   } else {
     limit -= PartialMarkerSuffix(text, MarkerOf(format_));
     // A reply that is all whitespace so far may still turn out to be calls
@@ -261,13 +317,118 @@ std::string ToolCallStreamParser::Feed(std::string_view delta) {
   return out;
 }
 
+void ToolCallStreamParser::ScanHermes() {
+  const std::string_view s = text_;
+  for (;;) {
+    switch (block_) {
+      case Block::kOutside: {
+        const size_t open = s.find(kHermesOpen, scan_);
+        if (open == std::string_view::npos) return;
+        body_ = open + kHermesOpen.size();
+        block_ = Block::kHead;
+        break;
+      }
+      case Block::kHead: {
+        std::string name;
+        const Head h = ReadHead(s, body_, &name, &args_pos_);
+        if (h == Head::kMore) return;
+        if (h == Head::kNo) {
+          block_ = Block::kOpaque;  // left to Finish()
+          return;
+        }
+        pieces_.push_back({calls_started_++, std::move(name), ""});
+        args_sent_ = false;
+        block_ = Block::kArgsStart;
+        break;
+      }
+      case Block::kArgsStart: {
+        const Head h = ReadArgsStart(s, args_pos_, &args_pos_);
+        if (h == Head::kMore) return;
+        if (h == Head::kNo) {
+          block_ = Block::kOpaque;  // left to Finish()
+          return;
+        }
+        depth_ = 0;
+        in_string_ = escape_ = false;
+        block_ = Block::kArgs;
+        break;
+      }
+      case Block::kArgs: {
+        const size_t from = args_pos_;
+        size_t i = from;
+        bool closed = false;
+        for (; i < s.size() && !closed; ++i) {
+          const char c = s[i];
+          if (escape_) {
+            escape_ = false;
+          } else if (in_string_) {
+            if (c == '\\') {
+              escape_ = true;
+            } else if (c == '"') {
+              in_string_ = false;
+            }
+          } else if (c == '"') {
+            in_string_ = true;
+          } else if (c == '{' || c == '[') {
+            ++depth_;
+          } else if (c == '}' || c == ']') {
+            closed = --depth_ == 0;
+          }
+        }
+        args_pos_ = i;
+        if (i > from) {
+          pieces_.push_back({calls_started_ - 1, "", std::string(s.substr(from, i - from))});
+          args_sent_ = true;
+        }
+        if (!closed) return;
+        block_ = Block::kAfterArgs;
+        break;
+      }
+      case Block::kAfterArgs: {
+        const size_t close = s.find(kHermesClose, args_pos_);
+        if (close == std::string_view::npos) return;
+        scan_ = close + kHermesClose.size();
+        block_ = Block::kOutside;
+        break;
+      }
+      case Block::kOpaque:
+        return;
+    }
+  }
+}
+
 ParsedToolOutput ToolCallStreamParser::Finish() {
   ParsedToolOutput out = ParseToolCalls(format_, text_);
+  if (calls_started_ > 0) {
+    // Calls already streamed: no content after them; queue the calls the
+    // scan did not stream (an opaque block), and the whole arguments of a
+    // streamed call whose arguments never appeared.
+    if (out.calls.empty()) out.content.reset();
+    const auto started = static_cast<size_t>(calls_started_);
+    if (!args_sent_ && out.calls.size() >= started) {
+      pieces_.push_back({calls_started_ - 1, "", out.calls[started - 1].arguments});
+    }
+    for (size_t k = started; k < out.calls.size(); ++k) {
+      pieces_.push_back({calls_started_, out.calls[k].name, ""});
+      pieces_.push_back({calls_started_++, "", out.calls[k].arguments});
+    }
+  } else {
+    for (const ParsedToolCall& call : out.calls) {
+      pieces_.push_back({calls_started_, call.name, ""});
+      pieces_.push_back({calls_started_++, "", call.arguments});
+    }
+  }
   if (out.content) {
     // What was released is always a prefix of the content (see Feed).
     out.content = out.content->substr(std::min(released_, out.content->size()));
     if (out.content->empty() && !out.calls.empty()) out.content.reset();
   }
+  return out;
+}
+
+std::vector<ToolCallPiece> ToolCallStreamParser::TakePieces() {
+  std::vector<ToolCallPiece> out;
+  out.swap(pieces_);
   return out;
 }
 

@@ -56,25 +56,64 @@ struct ParsedToolOutput {
 /// whole text is content (as vLLM's parsers fall back). Never throws.
 ParsedToolOutput ParseToolCalls(ToolCallFormat format, std::string_view text);
 
+/// One streamed piece of a tool call (OpenAI's delta.tool_calls[i]). The
+/// first piece of call `index` carries its `name` and empty `arguments`;
+/// later pieces have an empty name and a fragment of the arguments' JSON
+/// text, which joined in order are the arguments object.
+struct ToolCallPiece {
+  int32_t index = 0;
+  std::string name;
+  std::string arguments;
+};
+
 /// The same split, fed a reply in pieces as it streams. Text that cannot
-/// start a call is released as content at once; from the first possible call
-/// marker on, text is held and parsed when the reply ends, so the content
-/// pieces joined plus Finish() always equal ParseToolCalls on the whole text.
-/// One instance per choice; not thread-safe.
+/// start a call is released as content at once (a possible prefix of the
+/// call marker is held back). Hermes calls stream incrementally: once a
+/// call's name is known its name piece is queued, then its arguments text as
+/// the model writes it (never text after the arguments object). Other
+/// formats hold from the first possible call and queue the calls' pieces at
+/// Finish(). Without streamed calls, the content pieces joined plus Finish()
+/// equal ParseToolCalls on the whole text; once a call has streamed it is
+/// never taken back (Finish() then adds no content). One instance per
+/// choice; not thread-safe.
 class ToolCallStreamParser {
  public:
   explicit ToolCallStreamParser(ToolCallFormat format) : format_(format) {}
 
-  /// Content that can be sent now (possibly empty).
+  /// Content that can be sent now (possibly empty); call pieces found are
+  /// queued for TakePieces().
   std::string Feed(std::string_view delta);
-  /// At the end of the reply: the remaining content and the calls.
+  /// At the end of the reply: the remaining content and all the calls
+  /// (ParseToolCalls of the whole text); the pieces of calls not yet
+  /// streamed are queued for TakePieces().
   ParsedToolOutput Finish();
+  /// The call pieces queued since the last TakePieces(), in order.
+  std::vector<ToolCallPiece> TakePieces();
+  /// Calls whose name piece has been queued so far.
+  int32_t calls_started() const { return calls_started_; }
 
  private:
+  // Hermes: advances the incremental call scan over text_.
+  void ScanHermes();
+
+  enum class Block : uint8_t { kOutside, kHead, kArgsStart, kArgs, kAfterArgs, kOpaque };
+
   ToolCallFormat format_;
   std::string text_;      // everything fed so far
   size_t released_ = 0;   // bytes of text_ already returned as content
   bool holding_ = false;  // a call may have started at text_[released_]
+  std::vector<ToolCallPiece> pieces_;
+  int32_t calls_started_ = 0;
+  // Hermes scan state: where the next `<tool_call>` search starts, the
+  // current block's phase, its body start, and the arguments scanner.
+  size_t scan_ = 0;
+  Block block_ = Block::kOutside;
+  size_t body_ = 0;
+  size_t args_pos_ = 0;  // next byte of the arguments to scan/emit
+  int depth_ = 0;
+  bool in_string_ = false;
+  bool escape_ = false;
+  bool args_sent_ = false;  // some arguments text of the current call queued
 };
 
 }  // namespace tq

@@ -152,6 +152,33 @@ TEST(ToolCallFormatTest, PublishedTemplates) {
   }
 }
 
+// The streamed pieces: per call (indices 0, 1, ... in order) a first piece
+// with the name and empty arguments, then name-less fragments whose
+// concatenation is the whole-text parse's arguments (as JSON values; the
+// stream sends the model's own spacing).
+void ExpectPiecesMatch(const std::vector<ToolCallPiece>& pieces, const ParsedToolOutput& whole,
+                       const std::string& where) {
+  std::vector<std::string> names, args;
+  for (const ToolCallPiece& p : pieces) {
+    if (static_cast<size_t>(p.index) == names.size()) {
+      EXPECT_FALSE(p.name.empty()) << where;
+      EXPECT_EQ(p.arguments, "") << where;
+      names.push_back(p.name);
+      args.emplace_back();
+      continue;
+    }
+    ASSERT_EQ(static_cast<size_t>(p.index) + 1, names.size()) << where;
+    EXPECT_EQ(p.name, "") << where;
+    args.back() += p.arguments;
+  }
+  ASSERT_EQ(names.size(), whole.calls.size()) << where;
+  for (size_t i = 0; i < names.size(); ++i) {
+    EXPECT_EQ(names[i], whole.calls[i].name) << where;
+    EXPECT_EQ(nlohmann::json::parse(args[i]), nlohmann::json::parse(whole.calls[i].arguments))
+        << where;
+  }
+}
+
 // Every split of a reply into two pieces streams to what the whole-text
 // parser says: content pieces joined, then the calls.
 void ExpectStreamMatchesWhole(F format, const std::string& text) {
@@ -160,8 +187,14 @@ void ExpectStreamMatchesWhole(F format, const std::string& text) {
     for (size_t step : {size_t{1}, size_t{3}, text.size() + 1}) {
       ToolCallStreamParser stream(format);
       std::string content = stream.Feed(text.substr(0, cut));
-      for (size_t i = cut; i < text.size(); i += step) content += stream.Feed(text.substr(i, step));
+      std::vector<ToolCallPiece> pieces = stream.TakePieces();
+      for (size_t i = cut; i < text.size(); i += step) {
+        content += stream.Feed(text.substr(i, step));
+        for (ToolCallPiece& p : stream.TakePieces()) pieces.push_back(std::move(p));
+      }
       const ParsedToolOutput rest = stream.Finish();
+      for (ToolCallPiece& p : stream.TakePieces()) pieces.push_back(std::move(p));
+      ExpectPiecesMatch(pieces, whole, text + " cut " + std::to_string(cut));
       if (rest.content) content += *rest.content;
       EXPECT_EQ(content, whole.content.value_or("")) << text << " cut " << cut << " step " << step;
       ASSERT_EQ(rest.calls.size(), whole.calls.size()) << text;
@@ -184,6 +217,37 @@ TEST(ToolCallStream, PiecesAgreeWithTheWholeText) {
   ExpectStreamMatchesWhole(F::kLlama3Json, "  plain {\"name\": \"f\", \"parameters\": {}}");
   ExpectStreamMatchesWhole(F::kMistral, "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]");
   ExpectStreamMatchesWhole(F::kMistral, "[not a call");
+}
+
+TEST(ToolCallStream, HermesArgumentsStreamAsWritten) {
+  const std::string text =
+      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+      "{\"city\": \"Par}is \\\"x\\\"\", \"days\": [1, {\"a\": 2}]}}\n</tool_call>\n"
+      "<tool_call>\n{\"name\": \"f\", \"parameters\": {}}\n</tool_call>";
+  ExpectStreamMatchesWhole(F::kHermes, text);
+  ToolCallStreamParser stream(F::kHermes);
+  std::vector<ToolCallPiece> pieces;
+  std::string content;
+  size_t name_at = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    content += stream.Feed(text.substr(i, 1));
+    for (ToolCallPiece& p : stream.TakePieces()) {
+      if (pieces.empty()) name_at = i;
+      pieces.push_back(std::move(p));
+    }
+  }
+  // The name piece comes as soon as the name's closing quote arrives.
+  EXPECT_EQ(name_at, text.find("get_weather") + std::string("get_weather").size());
+  const size_t streamed = pieces.size();
+  (void)stream.Finish();
+  EXPECT_TRUE(stream.TakePieces().empty());  // everything streamed already
+  EXPECT_GT(streamed, 10u);                  // byte by byte
+  EXPECT_EQ(content, "Let me check.");
+  std::string first_args;
+  for (const ToolCallPiece& p : pieces) {
+    if (p.index == 0) first_args += p.arguments;
+  }
+  EXPECT_EQ(first_args, "{\"city\": \"Par}is \\\"x\\\"\", \"days\": [1, {\"a\": 2}]}");
 }
 
 TEST(ToolCallStream, ContentBeforeACallStreamsAtOnce) {
