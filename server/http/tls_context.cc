@@ -1,6 +1,8 @@
 // The HTTP server's TLS context (see tls_context.h).
 #include "server/http/tls_context.h"
 
+#include <openssl/ssl.h>
+
 #include <boost/system/system_error.hpp>
 
 #include "engine/common/error.h"
@@ -21,6 +23,12 @@ std::unique_ptr<boost::asio::ssl::context> MakeServerTlsContext(const tls::TlsCr
       context->add_certificate_authority(boost::asio::buffer(tls.client_ca_pem));
       context->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
     }
+    // Resumed sessions (clients cache them) need a session id context once
+    // peers are verified; without one OpenSSL fails the resumption with an
+    // internal error.
+    static constexpr unsigned char kSessionContext[] = "tqserve-http";
+    SSL_CTX_set_session_id_context(context->native_handle(), kSessionContext,
+                                   sizeof(kSessionContext) - 1);
   } catch (const boost::system::system_error& e) {
     throw Error(std::string("TLS (--ssl-certfile/--ssl-keyfile): ") + e.what());
   }

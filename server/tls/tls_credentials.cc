@@ -7,6 +7,8 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -47,10 +49,15 @@ int NoPassphrase(char*, int, int, void*) {
 }
 
 std::string ReadFile(const std::string& flag, const std::string& path) {
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw Error(flag + " " + path + ": cannot read the file" +
+                (errno != 0 ? std::string(" (") + std::strerror(errno) + ")" : ""));
+  }
   std::ostringstream text;
-  if (in) text << in.rdbuf();
-  if (!in || in.bad()) throw Error(flag + " " + path + ": cannot read the file");
+  text << in.rdbuf();
+  if (in.bad()) throw Error(flag + " " + path + ": cannot read the file");
   if (text.str().empty()) throw Error(flag + " " + path + ": the file is empty");
   return text.str();
 }
