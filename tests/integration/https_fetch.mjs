@@ -24,6 +24,9 @@ export function httpsFetch({ ca, cert, key }) {
         for (const [name, value] of Object.entries(res.headers)) {
           for (const v of Array.isArray(value) ? value : [value]) if (v !== undefined) out.append(name, v);
         }
+        // As fetch does: aborting mid-body fails the body with an AbortError
+        // (the socket's own error would be a reset).
+        init.signal?.addEventListener('abort', () => res.destroy(init.signal.reason ?? new DOMException('aborted', 'AbortError')), { once: true });
         const noBody = method === 'HEAD' || res.statusCode === 204 || res.statusCode === 304;
         if (noBody) res.resume();
         resolve(new Response(noBody ? null : Readable.toWeb(res), { status: res.statusCode, statusText: res.statusMessage, headers: out }));

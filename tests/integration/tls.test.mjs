@@ -6,13 +6,14 @@
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import https from 'node:https';
 import net from 'node:net';
 import path from 'node:path';
 import tls from 'node:tls';
 import { after, before, test } from 'node:test';
 
 import { connect, freePort, generate, grpc, grpcAddress, healthStatus, Status } from './grpc_client.mjs';
-import { BIN, MODEL, WORK_DIR, collectStream, referenceCompletion, startDaemon } from './harness.mjs';
+import { BIN, MODEL, WORK_DIR, collectStream, referenceCompletion, sleep, startDaemon } from './harness.mjs';
 import { httpsFetch } from './https_fetch.mjs';
 
 const dir = fs.mkdtempSync(path.join(WORK_DIR(), 'tls-'));
@@ -54,13 +55,42 @@ function rawExchange(bytes, timeoutMs = 5_000) {
 }
 
 const READ_TIMEOUT_S = 1.5; // --http-read-timeout: also the TLS handshake's deadline
+const MAX_BODY = 100_000; // --max-body-bytes
+
+/**
+ * A TLS connection to the daemon that writes `chunks` (strings) `everyMs`
+ * apart and resolves when the daemon closes it: { seconds, data }.
+ */
+function tlsExchange(chunks, everyMs = 0) {
+  return new Promise((resolve, reject) => {
+    const start = Date.now();
+    const socket = tls.connect({ host: '127.0.0.1', port: Number(new URL(daemon.url).port), ca: serverCa, servername: 'localhost' });
+    let data = '';
+    let timer;
+    socket.on('secureConnect', () => {
+      const queue = [...chunks];
+      const next = () => {
+        if (queue.length === 0 || socket.destroyed) return;
+        socket.write(queue.shift());
+        timer = setTimeout(next, everyMs);
+      };
+      next();
+    });
+    socket.on('data', (d) => (data += d.toString('utf8')));
+    socket.on('error', (e) => (['ECONNRESET', 'EPIPE'].includes(e.code) ? undefined : reject(e)));
+    socket.on('close', () => {
+      clearTimeout(timer);
+      resolve({ seconds: (Date.now() - start) / 1000, data });
+    });
+  });
+}
 let daemon;
 let grpcClients;
 before(async () => {
   daemon = await startDaemon({
     tls: { ca: serverCa },
     args: [...serverFlags, '--grpc-port', String(await freePort()),
-      '--kv-cache-dtype', 'fp32', '--http-read-timeout', String(READ_TIMEOUT_S)],
+      '--kv-cache-dtype', 'fp32', '--http-read-timeout', String(READ_TIMEOUT_S), '--max-body-bytes', String(MAX_BODY)],
   });
 });
 after(async () => {
@@ -136,6 +166,92 @@ test('a client that opens TCP and never handshakes is closed after the deadline'
     socket.resume();
   });
   assert.ok(closedAfter < READ_TIMEOUT_S + 3, `TLS idle closed after ${closedAfter} s`);
+});
+
+test('the request guards hold over TLS: a trickled head meets its deadline, an oversized body 413', async () => {
+  // Slowloris: one header line every 250 ms, never the blank line.
+  const lines = ['GET /health HTTP/1.1\r\nHost: x\r\n', ...Array.from({ length: 40 }, (_, k) => `X-Slow-${k}: 1\r\n`)];
+  const slow = await tlsExchange(lines, 250);
+  assert.ok(slow.seconds >= READ_TIMEOUT_S - 0.2 && slow.seconds < READ_TIMEOUT_S + 3, `closed after ${slow.seconds} s`);
+  assert.equal(slow.data, '');
+  // Content-Length over --max-body-bytes: refused from the head alone.
+  const big = await tlsExchange([
+    `POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${MAX_BODY * 2}\r\n\r\n`,
+  ]);
+  assert.match(big.data, /^HTTP\/1\.1 413 /);
+  // Keep-alive and pipelining through TLS: two requests in one write, answered in order.
+  const two = await tlsExchange(['GET /livez HTTP/1.1\r\nHost: x\r\n\r\nGET /version HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n']);
+  const statuses = [...two.data.matchAll(/HTTP\/1\.1 (\d{3})/g)].map((m) => m[1]);
+  assert.deepEqual(statuses, ['200', '200']);
+  assert.match(two.data, /"version"/);
+});
+
+test('streams closed by the client over TLS are aborted and free their KV blocks', async () => {
+  const COUNT = 16;
+  const client = daemon.client();
+  const req = { model: 'stories260K', prompt: 'Once upon a time', max_tokens: 400, ignore_eos: true, temperature: 0.8, seed: 1, stream: true };
+  const before = (await daemon.metrics()).sum('tqserve_request_success_total', { finish_reason: 'abort' });
+  const viaController = async () => {
+    const controller = new AbortController();
+    const stream = await client.completions.create(req, { signal: controller.signal });
+    try {
+      for await (const chunk of stream) {
+        if (chunk.choices[0]?.finish_reason) return 'finished';
+        controller.abort();
+      }
+    } catch (e) {
+      if (!(e.name ?? '').includes('Abort') && !(e.constructor?.name ?? '').includes('Abort')) throw e;
+    }
+    return 'aborted';
+  };
+  const viaSocket = () =>
+    new Promise((resolve, reject) => {
+      const body = JSON.stringify(req);
+      const r = https.request(`${daemon.url}/v1/completions`, {
+        method: 'POST', ca: serverCa, agent: false, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+      }, (res) => {
+        if (res.statusCode !== 200) reject(new Error(`HTTP ${res.statusCode}`));
+        res.on('error', () => {});
+        res.once('data', () => {
+          r.destroy();
+          resolve('aborted');
+        });
+      });
+      r.on('error', (e) => (r.destroyed ? resolve('aborted') : reject(e)));
+      r.end(body);
+    });
+  const outcomes = await Promise.all(Array.from({ length: COUNT }, (_, i) => (i % 2 ? viaSocket() : viaController())));
+  assert.deepEqual(outcomes, Array(COUNT).fill('aborted'));
+  const lastAbort = Date.now();
+  let m;
+  for (;;) {
+    m = await daemon.metrics();
+    if (m.get('tqserve_num_requests_running') === 0 && m.get('tqserve_kv_cache_blocks_used') === 0 && m.get('tqserve_num_requests_waiting') === 0) break;
+    assert.ok(Date.now() - lastAbort < 2000, `2 s after the last disconnect: running ${m.get('tqserve_num_requests_running')}, blocks ${m.get('tqserve_kv_cache_blocks_used')}`);
+    await sleep(20);
+  }
+  const aborted = m.sum('tqserve_request_success_total', { finish_reason: 'abort' }) - before;
+  assert.ok(aborted >= COUNT * 0.9, `aborted ${aborted} of ${COUNT}`);
+  // A whole (non-streamed) response under way: nothing is written until it
+  // is done, so only the connection's watch through TLS sees the client leave.
+  const mark = daemon.stderr.length;
+  const attempts = await Promise.all(Array.from({ length: 4 }, async () => {
+    const controller = new AbortController();
+    setTimeout(() => controller.abort(), 40);
+    const { stream: _s, ...whole } = req;
+    return client.completions.create(whole, { signal: controller.signal }).then(() => 'finished', () => 'aborted');
+  }));
+  assert.ok(attempts.includes('aborted'), 'every request finished within 40 ms');
+  const deadline = Date.now() + 3000;
+  // 499: the request's client left before its response (streams log 200).
+  const seen = () => {
+    const log = daemon.stderr.slice(mark);
+    return /"POST \/v1\/completions": client closed the connection; aborted/.test(log) && /"POST \/v1\/completions" 499/.test(log);
+  };
+  while (!seen()) {
+    assert.ok(Date.now() < deadline, `no abort logged:\n${daemon.stderr.slice(-2000)}`);
+    await sleep(20);
+  }
 });
 
 test('gRPC over TLS: grpc-js with createSsl(ca) gets health and a greedy Generate', async () => {
