@@ -22,7 +22,7 @@ PACKAGES=(
   libcpp-httplib-dev       # HTTP client of the serving benchmark and the HTTP unit tests
   prometheus-cpp-dev       # /metrics
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # gRPC API
-  libssl-dev               # API keys: SHA-256 and CRYPTO_memcmp (OpenSSL)
+  libssl-dev               # TLS (--ssl-certfile) and API keys: SHA-256, CRYPTO_memcmp (OpenSSL)
 )
 # TQ_DEPS=build (the Dockerfiles) stops there: no test references, promtool,
 # kubectl, node or npm packages.
@@ -33,6 +33,7 @@ if [ "${TQ_DEPS:-all}" != build ]; then
     python3-jinja2           # reference renderer for the chat template tests
     python3-yaml             # deploy tests: parse the rendered Kubernetes manifests
     python3-jsonschema       # structured-output conformance: validate sampled JSON
+    openssl                  # integration.tls makes its certificates with the openssl CLI
   )
   # node and npm run the integration tests with the real `openai` client; a
   # node installed another way (e.g. NodeSource) is used as it is.

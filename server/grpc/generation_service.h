@@ -13,6 +13,7 @@
 #include "server/grpc/generate_request.h"
 #include "server/guard/api_keys.h"
 #include "server/metrics/server_metrics.h"
+#include "server/tls/tls_credentials.h"
 #include "tqserve/v1/generation.grpc.pb.h"
 
 namespace tq::grpc_api {
@@ -28,6 +29,7 @@ struct GrpcOptions {
   bool log_requests = true;                   // one info line per Generate
   guard::ApiKeys api_keys;                    // --api-key: every call but health needs one
   bool server_details = false;  // --expose-server-details: GetServerInfo's versions, model_dir
+  tls::TlsCredentials tls;      // --ssl-certfile/--ssl-keyfile: TLS on the gRPC port too
 };
 
 /// The service. Thread-safe: gRPC runs each call on its own thread; SetEngine

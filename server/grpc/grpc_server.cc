@@ -18,6 +18,18 @@ std::string ListenAddress(const std::string& host, int port) {
 
 constexpr std::chrono::milliseconds kHealthPeriod(100);
 
+// Plaintext, or TLS with the daemon's certificate (--ssl-certfile/--ssl-keyfile);
+// with --ssl-ca-certs every client must present a certificate those CAs signed.
+std::shared_ptr<grpc::ServerCredentials> Credentials(const tls::TlsCredentials& tls) {
+  if (!tls.enabled()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions options(
+      tls.client_ca_pem.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  options.pem_root_certs = tls.client_ca_pem;
+  options.pem_key_cert_pairs.push_back({tls.private_key_pem, tls.cert_chain_pem});
+  return grpc::SslServerCredentials(options);
+}
+
 }  // namespace
 
 GrpcServer::GrpcServer(GrpcOptions options, ServerMetrics* metrics)
@@ -35,7 +47,7 @@ int GrpcServer::Start() {
   grpc::ServerBuilder builder;
   int port = 0;
   const std::string address = ListenAddress(options_.host, options_.port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(address, Credentials(options_.tls), &port);
   builder.RegisterService(service_.get());
   builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
   // gRPC sets SO_REUSEPORT by default, so a second daemon on the same port

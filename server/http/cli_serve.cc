@@ -29,6 +29,7 @@
 #include "server/grpc/grpc_server.h"
 #include "server/http/http_server.h"
 #include "server/metrics/server_metrics.h"
+#include "server/tls/tls_credentials.h"
 
 namespace tq {
 namespace {
@@ -47,6 +48,7 @@ struct ServeArgs {
   std::vector<std::string> api_keys;  // --api-key (repeatable)
   std::string api_key_file;
   std::string config_file;
+  tls::TlsFlags tls;  // --ssl-certfile, --ssl-keyfile, --ssl-ca-certs
 };
 
 // --config FILE. CLI11 (2.1) reads a set_config file for the main app only,
@@ -232,6 +234,10 @@ void RunServe(ServeArgs& args) {
   const char* env_key = std::getenv("TQSERVE_API_KEY");
   args.http.guard.api_keys =
       guard::ApiKeys::Load(args.api_keys, env_key != nullptr ? env_key : "", args.api_key_file);
+  // TLS files are read and checked once, before any port opens; HTTP and
+  // gRPC serve the same certificate.
+  args.http.tls = tls::LoadTlsCredentials(args.tls);
+  args.grpc.tls = args.http.tls;
 
   // Thousands of connections need as many descriptors: raise the soft limit
   // to the hard one (as nginx's worker_rlimit_nofile).
@@ -253,7 +259,8 @@ void RunServe(ServeArgs& args) {
   const int port = server.Bind();
   server.Start();
   // Integration tests read the port (--port 0) from this line.
-  std::fprintf(stderr, "tqserve: listening on http://%s:%d\n", args.http.host.c_str(), port);
+  std::fprintf(stderr, "tqserve: listening on %s://%s:%d\n",
+               args.http.tls.enabled() ? "https" : "http", args.http.host.c_str(), port);
   std::fflush(stderr);
 
   std::unique_ptr<grpc_api::GrpcServer> grpc;
@@ -266,7 +273,8 @@ void RunServe(ServeArgs& args) {
       grpc = std::make_unique<grpc_api::GrpcServer>(args.grpc, &metrics);
       const int grpc_port = grpc->Start();
       // Integration tests read the gRPC port from this line.
-      std::fprintf(stderr, "tqserve: gRPC listening on %s:%d\n", args.http.host.c_str(), grpc_port);
+      std::fprintf(stderr, "tqserve: gRPC listening on %s:%d%s\n", args.http.host.c_str(),
+                   grpc_port, args.grpc.tls.enabled() ? " (TLS)" : "");
       std::fflush(stderr);
     }
     const auto load_start = Clock::now();
@@ -361,6 +369,14 @@ void AddServeCommand(CLI::App& app) {
                   "/metrics, /version and gRPC health stay open)");
   cmd->add_option("--api-key-file", args->api_key_file,
                   "File with API keys, one a line (e.g. a mounted Kubernetes Secret)");
+  cmd->add_option("--ssl-certfile", args->tls.certfile,
+                  "PEM certificate chain (leaf first): HTTPS on --port and TLS on --grpc-port "
+                  "(needs --ssl-keyfile)");
+  cmd->add_option("--ssl-keyfile", args->tls.keyfile,
+                  "PEM private key (unencrypted) of --ssl-certfile's certificate");
+  cmd->add_option("--ssl-ca-certs", args->tls.ca_certs,
+                  "PEM CA certificates: clients must present a certificate they signed (mutual "
+                  "TLS, HTTP and gRPC; needs --ssl-certfile)");
   cmd->add_option("--allowed-origins", args->http.guard.allowed_origins,
                   "Browser origins allowed to call the API (CORS; '*' for any; default: none, no "
                   "CORS headers)")
@@ -409,6 +425,14 @@ void AddServeCommand(CLI::App& app) {
   cmd->callback([args, cmd, kv_memory] {
     if (!args->config_file.empty()) ApplyConfigFile(*cmd, args->config_file);
     args->kv_cache_memory_set = kv_memory->count() > 0;
+    if (args->tls.certfile.empty() != args->tls.keyfile.empty()) {
+      throw CLI::ValidationError(
+          args->tls.certfile.empty() ? "--ssl-keyfile" : "--ssl-certfile",
+          "needs --ssl-certfile and --ssl-keyfile together (TLS needs both)");
+    }
+    if (!args->tls.ca_certs.empty() && args->tls.certfile.empty()) {
+      throw CLI::ValidationError("--ssl-ca-certs", "needs --ssl-certfile and --ssl-keyfile");
+    }
     RunServe(*args);
   });
 }

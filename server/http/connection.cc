@@ -1,6 +1,8 @@
 // One HTTP/1.1 connection (see connection.h).
 #include "server/http/connection.h"
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
@@ -23,6 +25,7 @@ namespace bhttp = boost::beast::http;
 constexpr size_t kHeaderLimit = 64 << 10;    // request line + headers
 constexpr int kSendBufferBytes = 256 << 10;  // SO_SNDBUF of every connection
 constexpr double kDrainIdleSeconds = 0.2;    // idle keep-alive left once draining
+constexpr size_t kWatchReadBytes = 4096;     // TLS: one read while watching the peer
 
 std::chrono::steady_clock::duration Seconds(double s) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -51,11 +54,13 @@ HttpRequest HeadOf(const bhttp::request_header<Fields>& head) {
 
 }  // namespace
 
-Connection::Connection(asio::ip::tcp::socket socket, ConnectionHost* host)
+Connection::Connection(asio::ip::tcp::socket socket, ConnectionHost* host, asio::ssl::context* tls)
     : socket_(std::move(socket)),
       host_(host),
       read_timer_(socket_.get_executor()),
-      write_timer_(socket_.get_executor()) {}
+      write_timer_(socket_.get_executor()) {
+  if (tls != nullptr) tls_.emplace(socket_, *tls);
+}
 
 Connection::~Connection() = default;
 
@@ -71,7 +76,54 @@ void Connection::Start() {
     request_.remote_addr = remote.address().to_string();
     request_.remote_port = remote.port();
   }
-  NextRequest();
+  if (tls_) {
+    Handshake();
+  } else {
+    NextRequest();
+  }
+}
+
+void Connection::Handshake() {
+  state_ = State::kHandshake;
+  ArmReadTimer(host_->options().read_timeout_s);  // a client that never says hello is closed
+  tls_->async_handshake(
+      asio::ssl::stream_base::server,
+      [self = shared_from_this()](beast::error_code ec) { self->OnHandshake(ec); });
+}
+
+void Connection::OnHandshake(beast::error_code ec) {
+  if (state_ == State::kClosed) return;
+  if (!ec) {
+    NextRequest();  // the first request gets its own read_timeout_s
+    return;
+  }
+  if (ec.category() == asio::error::get_ssl_category() &&
+      ERR_GET_REASON(static_cast<unsigned long>(ec.value())) == SSL_R_HTTP_REQUEST) {
+    AnswerPlaintextOnTls();
+    return;
+  }
+  spdlog::debug("{}:{}: TLS handshake failed: {}", request_.remote_addr, request_.remote_port,
+                ec.message());
+  Close();
+}
+
+void Connection::AnswerPlaintextOnTls() {
+  // OpenSSL saw "GET ", "POST" ... where a ClientHello belongs: say so in
+  // plaintext (written without waiting, as the --max-connections refusal),
+  // then close. The request is not read further.
+  const std::string body =
+      ErrorBody(400, "this port speaks HTTPS (--ssl-certfile): the request was plain HTTP");
+  const std::string reply =
+      "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nConnection: "
+      "close\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  beast::error_code ignored;
+  socket_.non_blocking(true, ignored);
+  socket_.write_some(asio::buffer(reply), ignored);
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
+  spdlog::debug("{}:{}: plain HTTP on the TLS port; answered 400", request_.remote_addr,
+                request_.remote_port);
+  Close();
 }
 
 void Connection::CloseIfIdle() {
@@ -99,10 +151,12 @@ void Connection::ArmReadTimer(double seconds) {
   read_timer_.expires_after(Seconds(seconds));
   read_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
     if (ec) return;  // cancelled: the request arrived in time
-    if (self->state_ == State::kIdle || self->state_ == State::kReading) {
-      spdlog::debug(
-          "{}:{}: closed: {}", self->request_.remote_addr, self->request_.remote_port,
-          self->state_ == State::kIdle ? "idle keep-alive timeout" : "request head/body deadline");
+    if (self->state_ == State::kIdle || self->state_ == State::kReading ||
+        self->state_ == State::kHandshake) {
+      spdlog::debug("{}:{}: closed: {}", self->request_.remote_addr, self->request_.remote_port,
+                    self->state_ == State::kIdle      ? "idle keep-alive timeout"
+                    : self->state_ == State::kReading ? "request head/body deadline"
+                                                      : "TLS handshake deadline");
       self->Close();
     }
   });
@@ -118,8 +172,10 @@ void Connection::NextRequest() {
   state_ = State::kIdle;
   parser_.reset();
   deferred_.reset();
-  if (buffer_.size() > 0 || pipelined_) {
-    // The next request is here already (pipelined): read it now.
+  if ((buffer_.size() > 0 || pipelined_) && !(tls_ && watching_)) {
+    // The next request is here already (pipelined): read it now. (TLS: a
+    // watch read in flight never coexists with buffered bytes, as it starts
+    // only on an empty buffer and its bytes end it.)
     if (watching_) {
       ++watch_seq_;
       watching_ = false;
@@ -138,6 +194,16 @@ void Connection::NextRequest() {
 void Connection::WatchPeer() {
   watching_ = true;
   const uint64_t seq = ++watch_seq_;
+  if (tls_) {
+    // Through TLS the socket's readiness says nothing (OpenSSL may hold a
+    // decrypted record; an alert is bytes too): read one record instead. Its
+    // bytes are the next request, kept in buffer_ for the parser.
+    tls_->async_read_some(buffer_.prepare(kWatchReadBytes),
+                          [self = shared_from_this(), seq](beast::error_code ec, size_t n) {
+                            self->OnTlsPeerRead(ec, n, seq);
+                          });
+    return;
+  }
   socket_.async_wait(
       asio::socket_base::wait_read,
       [self = shared_from_this(), seq](beast::error_code ec) { self->OnPeerReadable(ec, seq); });
@@ -169,6 +235,24 @@ void Connection::OnPeerReadable(beast::error_code ec, uint64_t seq) {
   }
 }
 
+void Connection::OnTlsPeerRead(beast::error_code ec, size_t bytes, uint64_t seq) {
+  if (seq != watch_seq_ || state_ == State::kClosed) return;
+  watching_ = false;
+  buffer_.commit(bytes);
+  if (ec) {
+    // eof: close_notify; stream_truncated: TCP closed without one.
+    PeerGone(ec == asio::error::eof || ec == asio::ssl::error::stream_truncated
+                 ? "client closed the connection"
+                 : "connection error");
+    return;
+  }
+  if (state_ == State::kIdle) {
+    ReadHeader();
+  } else {
+    pipelined_ = true;  // read once this response is done
+  }
+}
+
 void Connection::ReadHeader() {
   state_ = State::kReading;
   pipelined_ = false;
@@ -176,16 +260,20 @@ void Connection::ReadHeader() {
   parser_.emplace();
   parser_->header_limit(kHeaderLimit);
   parser_->body_limit(host_->options().max_body_bytes);
-  bhttp::async_read_header(
-      socket_, buffer_, *parser_,
-      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+  WithStream([this](auto& stream) {
+    bhttp::async_read_header(
+        stream, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+  });
 }
 
 void Connection::OnHeader(beast::error_code ec) {
   if (state_ == State::kClosed) return;
   if (ec) {
     if (ec == bhttp::error::end_of_stream || ec == asio::error::operation_aborted ||
-        ec == asio::error::eof || ec == asio::error::connection_reset) {
+        ec == asio::error::eof || ec == asio::error::connection_reset ||
+        ec == asio::ssl::error::stream_truncated ||
+        ec.category() == asio::error::get_ssl_category()) {
       Close();
     } else if (ec == bhttp::error::header_limit) {
       RefuseAndClose(431, "request headers too large");
@@ -217,23 +305,27 @@ void Connection::OnHeader(beast::error_code ec) {
     // RFC 9110 10.1.1: tell the client to send the body.
     auto cont = std::make_shared<bhttp::response<bhttp::empty_body>>(bhttp::status::continue_,
                                                                      head.version());
-    bhttp::async_write(socket_, *cont,
-                       [self = shared_from_this(), cont](beast::error_code wec, size_t) {
-                         if (wec) {
-                           self->Close();
-                         } else {
-                           self->ReadBody();
-                         }
-                       });
+    WithStream([this, &cont](auto& stream) {
+      bhttp::async_write(stream, *cont,
+                         [self = shared_from_this(), cont](beast::error_code wec, size_t) {
+                           if (wec) {
+                             self->Close();
+                           } else {
+                             self->ReadBody();
+                           }
+                         });
+    });
     return;
   }
   ReadBody();
 }
 
 void Connection::ReadBody() {
-  bhttp::async_read(
-      socket_, buffer_, *parser_,
-      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnBody(ec); });
+  WithStream([this](auto& stream) {
+    bhttp::async_read(
+        stream, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnBody(ec); });
+  });
 }
 
 void Connection::OnBody(beast::error_code ec) {
@@ -242,7 +334,9 @@ void Connection::OnBody(beast::error_code ec) {
     if (ec == bhttp::error::body_limit) {
       RefuseAndClose(413, "request body too large");
     } else if (ec == bhttp::error::end_of_stream || ec == asio::error::operation_aborted ||
-               ec == asio::error::eof || ec == asio::error::connection_reset) {
+               ec == asio::error::eof || ec == asio::error::connection_reset ||
+               ec == asio::ssl::error::stream_truncated ||
+               ec.category() == asio::error::get_ssl_category()) {
       Close();
     } else {
       RefuseAndClose(400, "malformed HTTP request body: " + ec.message());
@@ -281,7 +375,9 @@ void Connection::OnBody(beast::error_code ec) {
   request_ = request;  // kept for the log line (the handler gets the body)
   request_.body.clear();
   state_ = State::kHandling;
-  if (!watching_) WatchPeer();
+  // TLS: bytes already buffered (a pipelined request) stop the watch; the
+  // read that would watch needs an empty buffer (see NextRequest).
+  if (!watching_ && !(tls_ && buffer_.size() > 0)) WatchPeer();
   host_->Handle(std::move(request), [self = shared_from_this()](HttpResponse&& response) {
     asio::post(self->socket_.get_executor(),
                [self, r = std::make_shared<HttpResponse>(std::move(response))]() mutable {
@@ -334,8 +430,10 @@ void Connection::WriteWhole(HttpResponse&& response) {
   res.prepare_payload();
   writing_ = true;
   StartWriteTimer();
-  bhttp::async_write(socket_, res, [self = shared_from_this()](beast::error_code ec, size_t) {
-    self->OnWritten(ec, /*last=*/true);
+  WithStream([this, &res](auto& stream) {
+    bhttp::async_write(stream, res, [self = shared_from_this()](beast::error_code ec, size_t) {
+      self->OnWritten(ec, /*last=*/true);
+    });
   });
 }
 
@@ -352,10 +450,12 @@ void Connection::WriteStreamHeader() {
   stream_head_sr_.emplace(head);
   writing_ = true;
   StartWriteTimer();
-  bhttp::async_write_header(socket_, *stream_head_sr_,
-                            [self = shared_from_this()](beast::error_code ec, size_t) {
-                              self->OnWritten(ec, /*last=*/false);
-                            });
+  WithStream([this](auto& stream) {
+    bhttp::async_write_header(stream, *stream_head_sr_,
+                              [self = shared_from_this()](beast::error_code ec, size_t) {
+                                self->OnWritten(ec, /*last=*/false);
+                              });
+  });
 }
 
 void Connection::Pump() {
@@ -382,15 +482,18 @@ void Connection::Pump() {
   const auto done = [self = shared_from_this(), last](beast::error_code ec, size_t) {
     self->OnWritten(ec, last);
   };
-  if (out_.empty()) {
-    asio::async_write(socket_, bhttp::make_chunk_last(), done);
-  } else if (last) {
-    asio::async_write(
-        socket_,
-        beast::buffers_cat(bhttp::make_chunk(asio::buffer(out_)), bhttp::make_chunk_last()), done);
-  } else {
-    asio::async_write(socket_, bhttp::make_chunk(asio::buffer(out_)), done);
-  }
+  WithStream([this, last, &done](auto& stream) {
+    if (out_.empty()) {
+      asio::async_write(stream, bhttp::make_chunk_last(), done);
+    } else if (last) {
+      asio::async_write(
+          stream,
+          beast::buffers_cat(bhttp::make_chunk(asio::buffer(out_)), bhttp::make_chunk_last()),
+          done);
+    } else {
+      asio::async_write(stream, bhttp::make_chunk(asio::buffer(out_)), done);
+    }
+  });
 }
 
 void Connection::StartWriteTimer() {

@@ -4,9 +4,11 @@
 
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -56,13 +58,23 @@ class ConnectionHost {
 /// EOF or a reset aborts the request (its KV blocks are freed in the
 /// engine's next step).
 ///
+/// TLS (a non-null context): the handshake goes first and must finish within
+/// options.read_timeout_s of the accept (a client that never handshakes is
+/// closed then); a plaintext HTTP request instead of a ClientHello gets a
+/// plaintext 400 and the close. Every later read and write goes through the
+/// TLS stream; while a response is produced the connection watches the peer
+/// by reading through TLS (raw readiness says nothing there: a close_notify
+/// is bytes too), so EOF, close_notify or a reset abort the request as in
+/// plaintext.
+///
 /// Threads: everything runs on the connection's strand; the engine thread
-/// only calls the deferred body's wake, which posts here. The stream type is
-/// a plain TCP socket; a TLS stream (Beast's ssl_stream over it) would
-/// replace `socket_` and the handshake would go before the first read.
+/// only calls the deferred body's wake, which posts here.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(boost::asio::ip::tcp::socket socket, ConnectionHost* host);
+  /// `tls` null: plaintext HTTP; otherwise the server's TLS context, which
+  /// must outlive the connection.
+  Connection(boost::asio::ip::tcp::socket socket, ConnectionHost* host,
+             boost::asio::ssl::context* tls);
   ~Connection();
 
   /// Starts reading (call once, after construction via std::make_shared).
@@ -76,8 +88,22 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void CloseNow();
 
  private:
-  enum class State { kIdle, kReading, kHandling, kResponding, kClosed };
+  enum class State { kHandshake, kIdle, kReading, kHandling, kResponding, kClosed };
 
+  // Calls f(stream) with the TLS stream or the plain socket (the one the
+  // HTTP bytes go through).
+  template <typename F>
+  void WithStream(F&& f) {
+    if (tls_) {
+      f(*tls_);
+    } else {
+      f(socket_);
+    }
+  }
+
+  void Handshake();
+  void OnHandshake(boost::beast::error_code ec);
+  void AnswerPlaintextOnTls();
   void NextRequest();
   void ArmReadTimer(double seconds);
   void ReadHeader();
@@ -86,6 +112,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void OnBody(boost::beast::error_code ec);
   void WatchPeer();
   void OnPeerReadable(boost::beast::error_code ec, uint64_t seq);
+  void OnTlsPeerRead(boost::beast::error_code ec, size_t bytes, uint64_t seq);
   void OnResponse(HttpResponse&& response);
   void WriteWhole(HttpResponse&& response);
   void WriteStreamHeader();
@@ -99,6 +126,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Close();
 
   boost::asio::ip::tcp::socket socket_;
+  // TLS over socket_ (declared after it: destroyed first); empty: plaintext.
+  std::optional<boost::beast::ssl_stream<boost::asio::ip::tcp::socket&>> tls_;
   ConnectionHost* const host_;
   boost::asio::steady_timer read_timer_;
   boost::asio::steady_timer write_timer_;

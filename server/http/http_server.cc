@@ -19,6 +19,7 @@
 #include "server/http/connection.h"
 #include "server/http/json_fields.h"
 #include "server/http/routing.h"
+#include "server/http/tls_context.h"
 
 namespace tq::http {
 namespace {
@@ -48,6 +49,7 @@ class HttpServer::Impl final : public ConnectionHost {
  public:
   Impl(HttpOptions options, ServerMetrics* metrics)
       : state_(WithGuardLimits(std::move(options)), metrics),
+        tls_(state_.options().tls.enabled() ? MakeServerTlsContext(state_.options().tls) : nullptr),
         io_(std::max(1, state_.options().io_threads)),
         acceptor_(asio::make_strand(io_)),
         work_guard_(asio::make_work_guard(io_)) {}
@@ -223,7 +225,7 @@ class HttpServer::Impl final : public ConnectionHost {
           } else if (num_connections() >= state_.options().max_connections) {
             Refuse(std::move(socket));
           } else {
-            auto connection = std::make_shared<Connection>(std::move(socket), this);
+            auto connection = std::make_shared<Connection>(std::move(socket), this, tls_.get());
             {
               std::lock_guard<std::mutex> lock(mu_);
               connections_.emplace(connection.get(), connection);
@@ -235,8 +237,15 @@ class HttpServer::Impl final : public ConnectionHost {
   }
 
   // Over --max-connections: one 503 written without waiting, then closed.
+  // With TLS it is closed at once (a plaintext 503 is no answer to a
+  // ClientHello, and a handshake per refusal would cost the work the cap saves).
   void Refuse(tcp::socket socket) {
     if (state_.metrics() != nullptr) state_.metrics()->OnRefused("http", "max_connections");
+    boost::system::error_code ignored;
+    if (tls_) {
+      socket.close(ignored);
+      return;
+    }
     ApiError error = Unavailable("too many open connections (--max-connections " +
                                  std::to_string(state_.options().max_connections) + ")");
     error.retry_after_s = 1;
@@ -245,7 +254,6 @@ class HttpServer::Impl final : public ConnectionHost {
         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: "
         "1\r\nConnection: close\r\nContent-Length: " +
         std::to_string(body.size()) + "\r\n\r\n" + body;
-    boost::system::error_code ignored;
     socket.non_blocking(true, ignored);
     socket.write_some(asio::buffer(reply), ignored);
     socket.shutdown(tcp::socket::shutdown_both, ignored);
@@ -253,6 +261,7 @@ class HttpServer::Impl final : public ConnectionHost {
   }
 
   ServerState state_;
+  std::unique_ptr<asio::ssl::context> tls_;  // null: plaintext; shared by the connections
   asio::io_context io_;
   tcp::acceptor acceptor_;
   asio::executor_work_guard<asio::io_context::executor_type> work_guard_;

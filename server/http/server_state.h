@@ -15,6 +15,7 @@
 #include "server/http/generation_params.h"
 #include "server/metrics/server_metrics.h"
 #include "server/text/chat_template.h"
+#include "server/tls/tls_credentials.h"
 
 namespace tq::http {
 
@@ -37,6 +38,9 @@ struct HttpOptions {
   // Admission: engine sequences admitted at once (running + waiting); beyond
   // it generation requests get 503 + Retry-After. 0: no limit.
   int64_t max_admitted_sequences = 0;
+  // --ssl-certfile/--ssl-keyfile/--ssl-ca-certs: HTTPS on the same port
+  // (every route, /metrics and the probes included); not enabled: plain HTTP.
+  tls::TlsCredentials tls;
 };
 
 /// Thread-safe: handlers on the I/O and worker threads read it; SetEngine

@@ -28,10 +28,14 @@ const definition = protoLoader.loadSync(path.join(SOURCE_DIR(), 'proto/tqserve/v
 const GenerationService = grpc.loadPackageDefinition(definition).tqserve.v1.GenerationService;
 const HealthClient = grpc.makeGenericClientConstructor(healthService, 'Health');
 
-/** { generation, health } clients for `address`; close() closes both. */
-export function connect(address) {
-  const generation = new GenerationService(address, grpc.credentials.createInsecure());
-  const health = new HealthClient(address, grpc.credentials.createInsecure());
+/**
+ * { generation, health } clients for `address`; close() closes both.
+ * `credentials`: grpc-js channel credentials (plaintext unless given, e.g.
+ * grpc.credentials.createSsl(ca)).
+ */
+export function connect(address, credentials = grpc.credentials.createInsecure()) {
+  const generation = new GenerationService(address, credentials);
+  const health = new HealthClient(address, credentials);
   return {
     generation,
     health,
@@ -78,6 +82,7 @@ export async function healthStatus(health, service = '') {
 }
 
 export const Status = grpc.status;
+export { grpc };
 
 /** A TCP port that is free now (the OS picks it; --grpc-port 0 disables gRPC). */
 export function freePort() {

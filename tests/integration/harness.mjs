@@ -19,6 +19,8 @@ import { after, before } from 'node:test';
 
 import OpenAI from 'openai';
 
+import { httpsFetch } from './https_fetch.mjs';
+
 const here = path.dirname(fileURLToPath(import.meta.url));
 
 /** Reads a required environment variable; throws naming it when unset. */
@@ -51,17 +53,20 @@ process.on('exit', () => {
   for (const d of live) d.proc.kill('SIGKILL');
 });
 
-const LISTEN_RE = /tqserve: listening on (http:\/\/[^\s]+?):(\d+)\s/;
+const LISTEN_RE = /tqserve: listening on (https?:\/\/[^\s]+?):(\d+)\s/;
 
 /**
- * A running daemon. `url` is http://HOST:PORT, `baseURL` the OpenAI base
- * (url + '/v1'); `stderr` accumulates the daemon's log; `exited` resolves to
- * { code, signal } when the process ends.
+ * A running daemon. `url` is http://HOST:PORT (https:// with --ssl-certfile),
+ * `baseURL` the OpenAI base (url + '/v1'); `stderr` accumulates the daemon's
+ * log; `exited` resolves to { code, signal } when the process ends. `tls`
+ * ({ ca, cert?, key? }, PEM): the CA its HTTPS certificate is checked
+ * against, and the client certificate to present (--ssl-ca-certs).
  */
 export class Daemon {
-  constructor(proc, args) {
+  constructor(proc, args, tls) {
     this.proc = proc;
     this.args = args;
+    this.fetchImpl = tls ? httpsFetch(tls) : fetch;
     this.stderr = '';
     this.stdout = '';
     this.url = undefined;
@@ -82,12 +87,12 @@ export class Daemon {
 
   /** An `openai` client for this daemon (no retries: every error is seen). */
   client(options = {}) {
-    return new OpenAI({ baseURL: this.baseURL, apiKey: 'unused', maxRetries: 0, timeout: 120_000, ...options });
+    return new OpenAI({ baseURL: this.baseURL, apiKey: 'unused', maxRetries: 0, timeout: 120_000, fetch: this.fetchImpl, ...options });
   }
 
   /** fetch() relative to the daemon's root URL. */
   fetch(route, init) {
-    return fetch(`${this.url}${route}`, init);
+    return this.fetchImpl(`${this.url}${route}`, init);
   }
 
   /** POST a JSON body (an object, or a raw string sent as is). */
@@ -119,10 +124,11 @@ export class Daemon {
 
 /**
  * Starts `tqserve serve --model MODEL --port 0 ...args` and resolves once it
- * printed its listening line and GET /health answered 200. Rejects with the
+ * printed its listening line and GET /health answered 200 (over HTTPS with
+ * `tls`, see Daemon, when args hold --ssl-certfile). Rejects with the
  * daemon's stderr when it exits first or is not ready within `readyTimeoutMs`.
  */
-export async function startDaemon({ args = [], model = MODEL(), port = 0, readyTimeoutMs = 120_000 } = {}) {
+export async function startDaemon({ args = [], model = MODEL(), port = 0, readyTimeoutMs = 120_000, tls } = {}) {
   // Loopback only, unless a test asks for another address.
   const host = args.includes('--host') ? [] : ['--host', '127.0.0.1'];
   // No gRPC server unless a test asks for one: daemons running in parallel
@@ -132,7 +138,7 @@ export async function startDaemon({ args = [], model = MODEL(), port = 0, readyT
   const tp = tpSize && !args.includes('--tensor-parallel-size') ? ['--tensor-parallel-size', tpSize] : [];
   const argv = ['serve', '--model', model, '--port', String(port), ...host, ...grpc, ...tp, ...args];
   const proc = spawn(BIN(), argv, { stdio: ['ignore', 'pipe', 'pipe'] });
-  const daemon = new Daemon(proc, argv);
+  const daemon = new Daemon(proc, argv, tls);
   live.add(daemon);
   // If this node process is killed (CTest timeout), take the daemon with it.
   spawn('/bin/sh', ['-c', `while kill -0 ${process.pid} 2>/dev/null && kill -0 ${proc.pid} 2>/dev/null; do sleep 1; done; kill -9 ${proc.pid} 2>/dev/null`], {
