@@ -39,22 +39,6 @@ void ApplyToolCalls(ToolCallFormat format, json& body) {
   }
 }
 
-std::vector<json> ToolCallDeltas(const std::vector<ParsedToolCall>& calls, int32_t first_index) {
-  std::vector<json> out;
-  for (size_t i = 0; i < calls.size(); ++i) {
-    const int32_t index = first_index + static_cast<int32_t>(i);
-    out.push_back({{"tool_calls",
-                    json::array({{{"index", index},
-                                  {"id", NewToolCallId()},
-                                  {"type", "function"},
-                                  {"function", {{"name", calls[i].name}, {"arguments", ""}}}}})}});
-    out.push_back(
-        {{"tool_calls",
-          json::array({{{"index", index}, {"function", {{"arguments", calls[i].arguments}}}}})}});
-  }
-  return out;
-}
-
 nlohmann::json ToolCallPieceDelta(const ToolCallPiece& piece) {
   nlohmann::json call = {{"index", piece.index}};
   if (!piece.name.empty()) {

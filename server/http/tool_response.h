@@ -24,14 +24,6 @@ nlohmann::json ToolCallsJson(const std::vector<ParsedToolCall>& calls);
 /// finish_reason "tool_calls".
 void ApplyToolCalls(ToolCallFormat format, nlohmann::json& body);
 
-/// The streamed deltas of `calls` (chunk `delta` objects): per call one
-/// {"tool_calls": [{"index", "id", "type", "function": {"name", "arguments":
-/// ""}}]} then {"tool_calls": [{"index", "function": {"arguments": ...}}]}
-/// (OpenAI's fragments; here the whole arguments in one). `first_index` is
-/// the index of the first call within the choice.
-std::vector<nlohmann::json> ToolCallDeltas(const std::vector<ParsedToolCall>& calls,
-                                           int32_t first_index = 0);
-
 /// The chunk `delta` of one streamed call piece: a name piece is
 /// {"tool_calls": [{"index", "id" (new), "type": "function", "function":
 /// {"name", "arguments": ""}}]}, an arguments piece {"tool_calls":
