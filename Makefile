@@ -13,6 +13,9 @@ BUILD_TYPE ?= Release
 CMAKE_FLAGS ?=
 PROMPT ?= Once upon a time
 MODEL ?= models/stories260K
+# Unit tests run side by side; each integration test claims every core
+# (PROCESSORS 2 in tests/integration/CMakeLists.txt), so those run one at a time.
+CTEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
 # Use nvcc from the standard CUDA location even when it is not on PATH.
 NVCC := $(shell command -v nvcc 2>/dev/null || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; })
@@ -35,7 +38,7 @@ serve: build
 	$(BUILD_DIR)/bin/tqserve serve --model $(MODEL)
 
 test: build
-	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 600
+	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 600 -j $(CTEST_JOBS)
 
 test-http-full: build
 	cd $(BUILD_DIR) && TQ_HTTP_FULL=1 ctest -R 'integration\.(npm_ci_done|http_)' --output-on-failure -V
@@ -43,7 +46,7 @@ test-http-full: build
 test-asan: deps
 	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTQ_SANITIZE=ON -DTQ_CUDA=OFF $(CMAKE_FLAGS)
 	cmake --build $(ASAN_DIR)
-	cd $(ASAN_DIR) && ctest --output-on-failure --timeout 900
+	cd $(ASAN_DIR) && ctest --output-on-failure --timeout 900 -j $(CTEST_JOBS)
 
 format:
 	git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | xargs clang-format -i
