@@ -29,7 +29,7 @@ struct AlwaysRefused {
 };
 
 constexpr AlwaysRefused kAlwaysRefused[] = {
-    {"functions", true, "tqserve has no function calling yet"},
+    {"functions", true, "the deprecated functions API is not implemented: use 'tools'"},
     {"audio", false, "tqserve generates text only"},
     {"prediction", false, "predicted outputs are not implemented"},
     {"web_search_options", false, "tqserve has no web search"},

@@ -71,25 +71,8 @@ size_t CallStart(ToolCallFormat f, std::string_view text) {
 // The end of the JSON object or array starting at s[i] ('{' or '['): brackets
 // balanced outside strings. npos when it does not close.
 size_t JsonValueEnd(std::string_view s, size_t i) {
-  int depth = 0;
-  bool in_string = false;
-  for (; i < s.size(); ++i) {
-    const char c = s[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      ++depth;
-    } else if (c == '}' || c == ']') {
-      if (--depth == 0) return i + 1;
-    }
-  }
-  return std::string_view::npos;
+  JsonBracketScan scan;
+  return scan.Run(s, i);
 }
 
 // {"name": str, "arguments"|"parameters": object | JSON text of an object}.
@@ -226,6 +209,28 @@ Head ReadArgsStart(std::string_view s, size_t i, size_t* args) {
 
 }  // namespace
 
+size_t JsonBracketScan::Run(std::string_view s, size_t from) {
+  for (size_t i = from; i < s.size(); ++i) {
+    const char c = s[i];
+    if (escape) {
+      escape = false;
+    } else if (in_string) {
+      if (c == '\\') {
+        escape = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if ((c == '}' || c == ']') && --depth == 0) {
+      return i + 1;
+    }
+  }
+  return std::string_view::npos;
+}
+
 bool TemplateUsesTools(std::string_view source) {
   // The identifier `tools` (not part of a longer name such as builtin_tools).
   const auto ident = [](char c) {
@@ -287,8 +292,10 @@ ParsedToolOutput ParseToolCalls(ToolCallFormat format, std::string_view text) {
 std::string ToolCallStreamParser::Feed(std::string_view delta) {
   text_ += delta;
   if (holding_ || format_ == ToolCallFormat::kNone) {
-    if (format_ == ToolCallFormat::kHermes) ScanHermes();
-    if (format_ != ToolCallFormat::kNone) return "";
+    if (format_ != ToolCallFormat::kNone) {
+      Scan();
+      return "";
+    }
     std::string out = text_.substr(released_);
     released_ = text_.size();
     return out;
@@ -299,10 +306,8 @@ std::string ToolCallStreamParser::Feed(std::string_view delta) {
   if (start != std::string_view::npos) {
     holding_ = true;
     limit = start;
-    if (format_ == ToolCallFormat::kHermes) {
-      scan_ = start;
-      ScanHermes();
-    }
+    scan_ = start;
+    Scan();
   } else {
     limit -= PartialMarkerSuffix(text, MarkerOf(format_));
     // A reply that is all whitespace so far may still turn out to be calls
@@ -317,11 +322,60 @@ std::string ToolCallStreamParser::Feed(std::string_view delta) {
   return out;
 }
 
-void ToolCallStreamParser::ScanHermes() {
+bool ToolCallStreamParser::NextJsonCall(const std::string_view s) {
+  size_t i = SkipSpace(s, scan_);
+  if (block_ == Block::kOutside) {
+    // The call part starts at scan_: an optional marker, then (Mistral) the
+    // list's `[`.
+    const std::string_view marker = MarkerOf(format_);
+    const std::string_view have = s.substr(i, marker.size());
+    if (have.size() < marker.size() && have == marker.substr(0, have.size())) return false;
+    if (have == marker) i = SkipSpace(s, i + marker.size());
+    if (format_ == ToolCallFormat::kMistral) {
+      if (i >= s.size()) return false;
+      if (s[i] != '[') {
+        block_ = Block::kOpaque;
+        return false;
+      }
+      i = SkipSpace(s, i + 1);
+    }
+  } else {
+    // After a call object: Llama 3 separates calls with `;` (or nothing),
+    // Mistral's list goes on with `,` or closes with `]`.
+    if (i >= s.size()) return false;
+    const char sep = format_ == ToolCallFormat::kMistral ? ',' : ';';
+    if (format_ == ToolCallFormat::kMistral && s[i] == ']') {
+      block_ = Block::kDone;
+      return false;
+    }
+    if (s[i] == sep) {
+      i = SkipSpace(s, i + 1);
+    } else if (format_ == ToolCallFormat::kMistral) {
+      block_ = Block::kOpaque;
+      return false;
+    }
+  }
+  if (i >= s.size()) return false;  // rescanned from scan_ when more comes
+  if (s[i] != '{') {
+    block_ = Block::kOpaque;
+    return false;
+  }
+  body_ = i;
+  block_ = Block::kHead;
+  return true;
+}
+
+void ToolCallStreamParser::Scan() {
   const std::string_view s = text_;
+  const bool hermes = format_ == ToolCallFormat::kHermes;
   for (;;) {
     switch (block_) {
-      case Block::kOutside: {
+      case Block::kOutside:
+      case Block::kBetween: {
+        if (!hermes) {
+          if (!NextJsonCall(s)) return;
+          break;
+        }
         const size_t open = s.find(kHermesOpen, scan_);
         if (open == std::string_view::npos) return;
         body_ = open + kHermesOpen.size();
@@ -348,50 +402,44 @@ void ToolCallStreamParser::ScanHermes() {
           block_ = Block::kOpaque;  // left to Finish()
           return;
         }
-        depth_ = 0;
-        in_string_ = escape_ = false;
+        brackets_ = JsonBracketScan{};
         block_ = Block::kArgs;
         break;
       }
       case Block::kArgs: {
         const size_t from = args_pos_;
-        size_t i = from;
-        bool closed = false;
-        for (; i < s.size() && !closed; ++i) {
-          const char c = s[i];
-          if (escape_) {
-            escape_ = false;
-          } else if (in_string_) {
-            if (c == '\\') {
-              escape_ = true;
-            } else if (c == '"') {
-              in_string_ = false;
-            }
-          } else if (c == '"') {
-            in_string_ = true;
-          } else if (c == '{' || c == '[') {
-            ++depth_;
-          } else if (c == '}' || c == ']') {
-            closed = --depth_ == 0;
-          }
-        }
-        args_pos_ = i;
-        if (i > from) {
-          pieces_.push_back({calls_started_ - 1, "", std::string(s.substr(from, i - from))});
+        const size_t end = brackets_.Run(s, from);
+        args_pos_ = end == std::string_view::npos ? s.size() : end;
+        if (args_pos_ > from) {
+          pieces_.push_back(
+              {calls_started_ - 1, "", std::string(s.substr(from, args_pos_ - from))});
           args_sent_ = true;
         }
-        if (!closed) return;
+        if (end == std::string_view::npos) return;
+        // The call object itself is still open (depth 1).
+        brackets_ = JsonBracketScan{1, false, false};
         block_ = Block::kAfterArgs;
         break;
       }
       case Block::kAfterArgs: {
-        const size_t close = s.find(kHermesClose, args_pos_);
-        if (close == std::string_view::npos) return;
-        scan_ = close + kHermesClose.size();
-        block_ = Block::kOutside;
+        if (hermes) {
+          const size_t close = s.find(kHermesClose, args_pos_);
+          if (close == std::string_view::npos) return;
+          scan_ = close + kHermesClose.size();
+          block_ = Block::kOutside;
+          break;
+        }
+        const size_t end = brackets_.Run(s, args_pos_);
+        if (end == std::string_view::npos) {
+          args_pos_ = s.size();
+          return;
+        }
+        scan_ = end;
+        block_ = Block::kBetween;
         break;
       }
       case Block::kOpaque:
+      case Block::kDone:
         return;
     }
   }

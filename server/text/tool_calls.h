@@ -66,16 +66,30 @@ struct ToolCallPiece {
   std::string arguments;
 };
 
+/// Finds where a JSON object or array closes, fed text in order: counts
+/// brackets outside strings (escapes honoured). State carries over between
+/// calls of Run() on a growing text. Does not validate the JSON.
+struct JsonBracketScan {
+  int depth = 0;
+  bool in_string = false;
+  bool escape = false;
+
+  /// Scans s[from, s.size()) and returns the position just after the byte
+  /// that brings the depth back to zero, or npos when the text ends first.
+  size_t Run(std::string_view s, size_t from);
+};
+
 /// The same split, fed a reply in pieces as it streams. Text that cannot
 /// start a call is released as content at once (a possible prefix of the
-/// call marker is held back). Hermes calls stream incrementally: once a
-/// call's name is known its name piece is queued, then its arguments text as
-/// the model writes it (never text after the arguments object). Other
-/// formats hold from the first possible call and queue the calls' pieces at
-/// Finish(). Without streamed calls, the content pieces joined plus Finish()
-/// equal ParseToolCalls on the whole text; once a call has streamed it is
-/// never taken back (Finish() then adds no content). One instance per
-/// choice; not thread-safe.
+/// call marker is held back). Calls stream incrementally in every format:
+/// once a call's name is known its name piece is queued, then its arguments
+/// text as the model writes it (never text after the arguments object). A
+/// call part of an unexpected shape (keys in another order, arguments as a
+/// JSON string) is left to Finish(), which queues its pieces whole. Without
+/// streamed calls, the content pieces joined plus Finish() equal
+/// ParseToolCalls on the whole text; once a call has streamed it is never
+/// taken back (Finish() then adds no content). One instance per choice; not
+/// thread-safe.
 class ToolCallStreamParser {
  public:
   explicit ToolCallStreamParser(ToolCallFormat format) : format_(format) {}
@@ -93,10 +107,27 @@ class ToolCallStreamParser {
   int32_t calls_started() const { return calls_started_; }
 
  private:
-  // Hermes: advances the incremental call scan over text_.
-  void ScanHermes();
+  // Advances the incremental call scan over text_ as far as it can.
+  void Scan();
+  // kOutside / kBetween for the JSON formats (Llama 3, Mistral): finds the
+  // next call object's `{`; false when more text is needed or the scan ends.
+  bool NextJsonCall(const std::string_view s);
 
-  enum class Block : uint8_t { kOutside, kHead, kArgsStart, kArgs, kAfterArgs, kOpaque };
+  //  kOutside: before the call part's first call (Hermes: between blocks).
+  //  kHead: reading `{"name": "..."`; kArgsStart: `, "arguments": {`.
+  //  kArgs: inside the arguments object (streamed); kAfterArgs: after it, to
+  //  the end of the call. kBetween: JSON formats, after a call object.
+  //  kOpaque: the rest is left to Finish(); kDone: the call list closed.
+  enum class Block : uint8_t {
+    kOutside,
+    kHead,
+    kArgsStart,
+    kArgs,
+    kAfterArgs,
+    kBetween,
+    kOpaque,
+    kDone
+  };
 
   ToolCallFormat format_;
   std::string text_;      // everything fed so far
@@ -104,15 +135,15 @@ class ToolCallStreamParser {
   bool holding_ = false;  // a call may have started at text_[released_]
   std::vector<ToolCallPiece> pieces_;
   int32_t calls_started_ = 0;
-  // Hermes scan state: where the next `<tool_call>` search starts, the
-  // current block's phase, its body start, and the arguments scanner.
+  // Scan state: where the next call search starts, the current call's phase,
+  // its body start, the next byte of its arguments to scan/emit, and the
+  // bracket scanner of the arguments (kArgs) or of the rest of the call
+  // object (kAfterArgs, JSON formats).
   size_t scan_ = 0;
   Block block_ = Block::kOutside;
   size_t body_ = 0;
-  size_t args_pos_ = 0;  // next byte of the arguments to scan/emit
-  int depth_ = 0;
-  bool in_string_ = false;
-  bool escape_ = false;
+  size_t args_pos_ = 0;
+  JsonBracketScan brackets_;
   bool args_sent_ = false;  // some arguments text of the current call queued
 };
 

@@ -217,6 +217,67 @@ TEST(ToolCallStream, PiecesAgreeWithTheWholeText) {
   ExpectStreamMatchesWhole(F::kLlama3Json, "  plain {\"name\": \"f\", \"parameters\": {}}");
   ExpectStreamMatchesWhole(F::kMistral, "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]");
   ExpectStreamMatchesWhole(F::kMistral, "[not a call");
+  // Several calls, keys in another order (left to Finish), lead forms.
+  ExpectStreamMatchesWhole(F::kLlama3Json,
+                           "<|python_tag|>{\"name\": \"a\", \"parameters\": {\"x\": [1]}}; "
+                           "{\"name\": \"b\", \"parameters\": {}}");
+  ExpectStreamMatchesWhole(
+      F::kLlama3Json,
+      "{\"name\": \"a\", \"parameters\": {}} {\"parameters\": {}, \"name\": \"b\"}");
+  ExpectStreamMatchesWhole(F::kLlama3Json, "{\"parameters\": {\"q\": 1}, \"name\": \"a\"}");
+  ExpectStreamMatchesWhole(F::kLlama3Json, "{\"answer\": 42}");
+  ExpectStreamMatchesWhole(F::kMistral,
+                           "[TOOL_CALLS] [{\"name\": \"a\", \"arguments\": {\"s\": \"]}\"}}, "
+                           "{\"name\": \"b\", \"arguments\": {}}]");
+  ExpectStreamMatchesWhole(F::kMistral, " [{\"name\": \"a\", \"arguments\": \"{}\"}]");
+  ExpectStreamMatchesWhole(F::kMistral, "[1, 2, 3]");
+}
+
+// Every format streams its calls as written, byte by byte: the name piece
+// as soon as the name's closing quote arrives, then the arguments in
+// fragments; Finish() has nothing left to add.
+void ExpectIncremental(F format, const std::string& text, const std::string& first_name,
+                       const std::string& first_args_text, const std::string& content_before) {
+  ExpectStreamMatchesWhole(format, text);
+  ToolCallStreamParser stream(format);
+  std::vector<ToolCallPiece> pieces;
+  std::string content;
+  size_t name_at = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    content += stream.Feed(text.substr(i, 1));
+    for (ToolCallPiece& p : stream.TakePieces()) {
+      if (pieces.empty()) name_at = i;
+      pieces.push_back(std::move(p));
+    }
+  }
+  EXPECT_EQ(name_at, text.find(first_name) + first_name.size()) << text;
+  const size_t streamed = pieces.size();
+  (void)stream.Finish();
+  EXPECT_TRUE(stream.TakePieces().empty()) << text;  // everything streamed already
+  EXPECT_GT(streamed, 10u) << text;                  // byte by byte
+  EXPECT_EQ(content, content_before) << text;
+  std::string first_args;
+  for (const ToolCallPiece& p : pieces) {
+    if (p.index == 0) first_args += p.arguments;
+  }
+  EXPECT_EQ(first_args, first_args_text) << text;
+}
+
+TEST(ToolCallStream, EveryFormatStreamsArgumentsAsWritten) {
+  const std::string args = "{\"city\": \"Par}is \\\"x\\\"\", \"days\": [1, {\"a\": 2}]}";
+  ExpectIncremental(F::kLlama3Json,
+                    "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": " + args +
+                        "}; {\"name\": \"f\", \"parameters\": {}}",
+                    "get_weather", args, "");
+  ExpectIncremental(F::kLlama3Json, "{\"name\": \"get_weather\", \"parameters\": " + args + "}",
+                    "get_weather", args, "");
+  ExpectIncremental(F::kMistral,
+                    "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": " + args +
+                        "}, {\"name\": \"f\", \"arguments\": {}}]",
+                    "get_weather", args, "");
+  ExpectIncremental(F::kMistral,
+                    "Sure.[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": " + args + "}]",
+                    "get_weather", args, "Sure.");
 }
 
 TEST(ToolCallStream, HermesArgumentsStreamAsWritten) {
