@@ -15,6 +15,7 @@
 // --max-num-seqs 256, 1,000 trickling connections); CI runs scaled ones.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import http from 'node:http';
 import net from 'node:net';
 import zlib from 'node:zlib';
 import { after, before, test } from 'node:test';
@@ -213,36 +214,85 @@ test(`slowloris: ${TRICKLERS} trickling connections are closed by the deadline; 
   assert.ok(Math.max(...closedAt) - opened < (READ_TIMEOUT_S + 8) * 1000);
 });
 
-/** One streamed completion over its own connection: { status, retryAfter, done, tokens, error }. */
-async function stream(i) {
-  const res = await fetch(`${daemon.baseURL}/completions`, {
-    method: 'POST', headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: MODEL, prompt: `Story ${i}:`, max_tokens: FULL ? 64 : 32, ignore_eos: true, temperature: 0, stream: true }),
+/**
+ * One streamed completion over its own connection (node's http client with
+ * no agent: `Connection: close`, never a reused keep-alive socket, so no
+ * request races the server closing an idle one): { status, retryAfter, done,
+ * finish, error }.
+ */
+function stream(i) {
+  const body = JSON.stringify({ model: MODEL, prompt: `Story ${i}:`, max_tokens: FULL ? 64 : 32, ignore_eos: true, temperature: 0, stream: true });
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port: daemon.port, path: '/v1/completions', method: 'POST', agent: false,
+      headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } }, (res) => {
+      const parts = [];
+      res.on('data', (d) => parts.push(d));
+      res.on('error', reject);
+      res.on('end', () => {
+        const text = Buffer.concat(parts).toString('utf8');
+        if (res.statusCode !== 200) {
+          resolve({ status: res.statusCode, retryAfter: res.headers['retry-after'], error: JSON.parse(text).error });
+          return;
+        }
+        const events = text.split('\n\n').filter((e) => e.startsWith('data: ')).map((e) => e.slice(6));
+        const chunks = events.filter((e) => e !== '[DONE]').map((e) => JSON.parse(e));
+        resolve({ status: 200, done: events.at(-1) === '[DONE]', finish: chunks.map((c) => c.choices?.[0]?.finish_reason).filter(Boolean) });
+      });
+    });
+    req.on('error', reject);
+    req.end(body);
   });
-  const text = await res.text();
-  if (res.status !== 200) return { status: res.status, retryAfter: res.headers.get('retry-after'), error: JSON.parse(text).error };
-  const events = text.split('\n\n').filter((e) => e.startsWith('data: ')).map((e) => e.slice(6));
-  const chunks = events.filter((e) => e !== '[DONE]').map((e) => JSON.parse(e));
-  return { status: 200, done: events.at(-1) === '[DONE]', finish: chunks.map((c) => c.choices?.[0]?.finish_reason).filter(Boolean) };
+}
+
+/**
+ * GET /health every 20 ms from a separate process (python3's http.client, a
+ * new connection each time), so that the latencies are the server's, not
+ * this process's event loop busy with thousands of streams. stop() ends it
+ * and resolves to { ms: [...], statuses: [...] }.
+ */
+function startProber() {
+  const script = `
+import http.client, json, signal, sys, time
+stop = False
+def on_term(*_):
+    global stop
+    stop = True
+signal.signal(signal.SIGTERM, on_term)
+ms, statuses = [], []
+while not stop:
+    t = time.perf_counter()
+    c = http.client.HTTPConnection("127.0.0.1", ${daemon.port}, timeout=60)
+    c.request("GET", "/health")
+    r = c.getresponse()
+    r.read()
+    c.close()
+    ms.append((time.perf_counter() - t) * 1000)
+    statuses.append(r.status)
+    time.sleep(0.02)
+print(json.dumps({"ms": ms, "statuses": statuses}))
+`;
+  const child = spawn(PYTHON(), ['-c', script], { stdio: ['ignore', 'pipe', 'inherit'] });
+  let out = '';
+  child.stdout.on('data', (d) => { out += d; });
+  const exited = new Promise((resolve) => child.on('exit', resolve));
+  return {
+    async stop() {
+      child.kill('SIGTERM');
+      await exited;
+      return JSON.parse(out);
+    },
+  };
 }
 
 test(`${STREAMS} concurrent streams with --max-num-seqs ${MAX_NUM_SEQS}: each completes or gets 503 + Retry-After`, async () => {
-  const health = [];
-  let running = true;
-  const prober = (async () => {
-    while (running) {
-      health.push(await timedGet('/health'));
-      await sleep(20);
-    }
-  })();
+  const prober = startProber();
+  await sleep(200);  // the prober is running before the load starts
   const start = Date.now();
   const results = await Promise.all(Array.from({ length: STREAMS }, (_, i) => stream(i)));
   const seconds = (Date.now() - start) / 1000;
-  running = false;
-  await prober;
+  const { ms, statuses } = await prober.stop();
   const ok = results.filter((r) => r.status === 200);
   const refused = results.filter((r) => r.status === 503);
-  const ms = health.map((h) => h.ms);
   console.log(`# ${STREAMS} streams in ${seconds.toFixed(1)} s: ${ok.length} completed, ${refused.length} refused (503); ` +
     `/health p50 ${percentile(ms, 50).toFixed(1)} ms, p99 ${percentile(ms, 99).toFixed(1)} ms over ${ms.length} probes`);
   assert.equal(ok.length + refused.length, STREAMS, JSON.stringify(results.filter((r) => r.status !== 200 && r.status !== 503).slice(0, 3)));
@@ -259,7 +309,10 @@ test(`${STREAMS} concurrent streams with --max-num-seqs ${MAX_NUM_SEQS}: each co
   // many at once some were refused, and at least that many completed.
   assert.ok(refused.length > 0, 'nothing was refused');
   assert.ok(ok.length >= MAX_NUM_SEQS + MAX_PENDING);
-  assert.ok(health.every((h) => h.status === 200));
+  assert.ok(ms.length > 10 && statuses.every((st) => st === 200), `/health statuses ${JSON.stringify(statuses.slice(0, 20))}`);
+  // The issue's bound, asserted at the full counts (make test-http-full);
+  // the scaled CI run shares its cores with other tests' builds.
+  if (FULL) assert.ok(percentile(ms, 99) < 50, `/health p99 ${percentile(ms, 99).toFixed(1)} ms`);
   const m = await daemon.metrics();
   assert.equal(m.sum('tqserve_num_requests_running'), 0);
   assert.equal(m.sum('tqserve_kv_cache_blocks_used'), 0);
