@@ -5,6 +5,7 @@
 // (the same engine), the published llama2.c greedy ids and the Python
 // sentencepiece library.
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { after, test } from 'node:test';
 
 import { connect, freePort, generate, grpcAddress, healthStatus, rawCall, serviceMethods, Status, unary } from './grpc_client.mjs';
@@ -270,4 +271,38 @@ test('malformed protobuf requests get INVALID_ARGUMENT naming the fault, counted
   assert.deepEqual(decoded.flatMap((m) => m.token_ids), viaClient.token_ids);
   assert.equal(decoded.map((m) => m.text).join(''), viaClient.text);
   assert.equal(await healthStatus(clients().health), 'SERVING');
+});
+
+test('300 open Generate streams hold no thread each: the daemon gains fewer than 32 threads', async () => {
+  const N = 300;
+  const threads = () => Number(/^Threads:\s+(\d+)/m.exec(readFileSync(`/proc/${served.daemon.proc.pid}/status`, 'utf8'))[1]);
+  const long = greedy('Once upon a time', 400, { ignore_eos: true });
+  // (The idle count depends on the machine's cores: engine and gRPC pools.)
+  const idle = threads();
+  const calls = Array.from({ length: N }, () => clients().generation.Generate(long));
+  const ended = calls.map((call) => new Promise((resolve) => {
+    call.on('data', () => {});
+    call.on('error', () => {});
+    call.on('status', (s) => resolve(s.code));
+  }));
+  // Every stream reached the engine (running or waiting for a slot).
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    const m = await served.daemon.metrics();
+    if (m.get('tqserve_num_requests_running') + m.get('tqserve_num_requests_waiting') === N) break;
+    assert.ok(Date.now() < deadline, `running ${m.get('tqserve_num_requests_running')}, waiting ${m.get('tqserve_num_requests_waiting')}`);
+    await sleep(20);
+  }
+  const open = threads();
+  for (const call of calls) call.cancel();
+  assert.deepEqual(new Set(await Promise.all(ended)), new Set([Status.CANCELLED]));
+  assert.ok(open - idle < 32, `${open} threads with ${N} streams open, ${idle} before`);
+  let m;
+  for (const until = Date.now() + 5000; Date.now() < until; await sleep(20)) {
+    m = await served.daemon.metrics();
+    if (m.get('tqserve_num_requests_running') === 0 && m.get('tqserve_kv_cache_blocks_used') === 0) break;
+  }
+  assert.equal(m.get('tqserve_num_requests_running'), 0);
+  assert.equal(m.get('tqserve_num_requests_waiting'), 0);
+  assert.equal(m.get('tqserve_kv_cache_blocks_used'), 0);
 });
