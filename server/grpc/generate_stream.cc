@@ -111,7 +111,10 @@ void GenerateStream::OnWriteDone(bool ok) {
   if (cancelled_) {
     FinishLocked(*cancelled_);
   } else if (!ok) {
-    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
+    // The call broke (client gone, or its deadline passed mid-write).
+    FinishLocked(context_->deadline() <= std::chrono::system_clock::now()
+                     ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded")
+                     : grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
   } else {
     PumpLocked();
   }
