@@ -3,6 +3,9 @@
 
 #include <grpcpp/server_context.h>
 
+#include <chrono>
+#include <exception>
+
 #include "server/grpc/wire_request.h"
 
 namespace tq::grpc_api {
@@ -81,11 +84,20 @@ void GenerateStream::Pump() {
 void GenerateStream::PumpLocked() {
   if (finished_ || writing_) return;
   if (outbox_.empty()) {
-    for (const SessionDelta& delta : session_->Take()) {
-      if (!responder_.Build(delta, &message_)) continue;
-      finish_ = message_.finish_reason();
-      outbox_.emplace_back();
-      SerializeResponse(message_, &outbox_.back());
+    try {
+      for (const SessionDelta& delta : session_->Take()) {
+        if (!responder_.Build(delta, &message_)) continue;
+        finish_ = message_.finish_reason();
+        outbox_.emplace_back();
+        SerializeResponse(message_, &outbox_.back());
+      }
+    } catch (const std::exception& e) {
+      // A bug or out of memory: this call fails (the session's destruction
+      // aborts the engine request), the server keeps serving. Nothing may
+      // escape to the waker's or gRPC's thread.
+      outbox_.clear();
+      FinishLocked(grpc::Status(grpc::StatusCode::INTERNAL, e.what()));
+      return;
     }
   }
   if (!outbox_.empty()) {
