@@ -9,6 +9,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "server/grpc/generate_response.h"
 #include "server/grpc/grpc_status.h"
+#include "server/grpc/wire_request.h"
 #include "server/session/request_session.h"
 
 #ifndef TQ_VERSION
@@ -45,7 +46,7 @@ grpc::Status Guarded(ServerMetrics* metrics, Body&& body) {
 
 // UNAUTHENTICATED unless the call's `authorization` metadata is
 // "Bearer <an accepted key>" (when keys are set; the HTTP API's rule).
-void CheckApiKey(const guard::ApiKeys& keys, const grpc::ServerContext* context) {
+void CheckApiKey(const guard::ApiKeys& keys, const grpc::ServerContextBase* context) {
   if (!keys.enabled()) return;
   const auto& metadata = context->client_metadata();
   const auto it = metadata.find("authorization");
@@ -83,12 +84,6 @@ class GenerationServiceImpl::InFlight {
 
  private:
   GenerationServiceImpl* service_;
-};
-
-struct GenerationServiceImpl::StreamResult {
-  grpc::Status status;
-  int32_t completion_tokens = 0;
-  pb::FinishReason finish = pb::FINISH_REASON_UNSPECIFIED;
 };
 
 GenerationServiceImpl::GenerationServiceImpl(GrpcOptions options, ServerMetrics* metrics)
@@ -130,186 +125,188 @@ grpc::Status GenerationServiceImpl::Record(const char* method, const grpc::Statu
   return status;
 }
 
-grpc::Status GenerationServiceImpl::Generate(grpc::ServerContext* context,
-                                             const pb::GenerateRequest* request,
-                                             grpc::ServerWriter<pb::GenerateResponse>* writer) {
+template <typename Request, typename Response, typename Body>
+grpc::ServerUnaryReactor* GenerationServiceImpl::Unary(grpc::CallbackServerContext* context,
+                                                       const char* method,
+                                                       const grpc::ByteBuffer* bytes,
+                                                       grpc::ByteBuffer* out, Body&& body) {
+  const grpc::Status status = Record(method, Guarded(metrics_, [&] {
+                                       CheckApiKey(options_.api_keys, context);
+                                       Request request;
+                                       ParseRequest(*bytes, &request);
+                                       Response response;
+                                       const grpc::Status s = body(request, &response);
+                                       if (s.ok()) SerializeResponse(response, out);
+                                       return s;
+                                     }));
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationServiceImpl::Generate(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
   const auto start = Clock::now();
   std::string id;
-  StreamResult result;
   int32_t prompt_tokens = 0;
-  result.status = Guarded(metrics_, [&] {
+  GenerateStream* stream = nullptr;
+  const grpc::Status refused = Guarded(metrics_, [&] {
     CheckApiKey(options_.api_keys, context);
+    pb::GenerateRequest request;
+    ParseRequest(*bytes, &request);
     EngineClient& engine = ReadyEngine();
-    InFlight in_flight(this);
-    GenerateParams params = ParseGenerateRequest(*request, limits_, engine.tokenizer());
-    ReadStructuredOutput(*request, engine.grammars(), &params);
+    auto in_flight = std::make_shared<InFlight>(this);
+    GenerateParams params = ParseGenerateRequest(request, limits_, engine.tokenizer());
+    ReadStructuredOutput(request, engine.grammars(), &params);
     id = NewRequestId();
     params.request.request_id = id;
     prompt_tokens = static_cast<int32_t>(params.request.prompt_ids.size());
-    result = RunStream(context, engine, params, writer);
-    return result.status;
+    // Until the engine has ended the request, destroying the session (the
+    // stream does on cancel, deadline, failed write) aborts it: its KV
+    // blocks are freed in the engine's next step.
+    auto session = std::make_unique<RequestSession>(
+        SessionEngine{
+            [&engine](EngineRequest r) { return engine.Submit(std::move(r)); },
+            [&engine](const std::string& rid, FinishReason reason) { engine.Abort(rid, reason); }},
+        engine.tokenizer(), std::vector<EngineRequest>{params.request}, params.stop);
+    try {
+      session->Submit();
+    } catch (const EngineUnavailable& e) {
+      throw Unavailable(e.what());
+    } catch (const Error& e) {
+      // What the engine validates beyond the parser (messages name the field).
+      throw RpcError(grpc::StatusCode::INVALID_ARGUMENT, e.what());
+    }
+    stream = GenerateStream::Start(
+        context, &waker_, std::move(session), engine.tokenizer(), params,
+        [this, id, prompt_tokens, start](const StreamEnd& end) {
+          EndGenerate(id, prompt_tokens, end, start);
+        },
+        [in_flight]() mutable { in_flight.reset(); });
+    return grpc::Status::OK;
   });
+  guard::ReleaseFreedMemory(bytes->Length());  // a big prompt's freed heap
+  if (stream != nullptr) return stream;
+  EndGenerate(id, prompt_tokens, {refused}, start);
+  return new RefusedStream(refused);
+}
+
+void GenerationServiceImpl::EndGenerate(const std::string& id, int32_t prompt_tokens,
+                                        const StreamEnd& end, Clock::time_point start) const {
   if (options_.log_requests) {
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    if (result.status.ok()) {
+    if (end.status.ok()) {
       spdlog::info("grpc Generate {}: {} prompt + {} completion tokens, {}, {:.3f} s", id,
-                   prompt_tokens, result.completion_tokens,
-                   result.finish == pb::FINISH_REASON_LENGTH ? "length" : "stop", seconds);
+                   prompt_tokens, end.completion_tokens,
+                   end.finish == pb::FINISH_REASON_LENGTH ? "length" : "stop", seconds);
     } else {
       spdlog::info("grpc Generate {}: {} ({}), {:.3f} s", id.empty() ? "-" : id,
-                   StatusCodeName(result.status.error_code()), result.status.error_message(),
-                   seconds);
+                   StatusCodeName(end.status.error_code()), end.status.error_message(), seconds);
     }
   }
-  guard::ReleaseFreedMemory(request->ByteSizeLong());  // a big prompt's freed heap
-  return Record("Generate", result.status);
+  Record("Generate", end.status);
 }
 
-GenerationServiceImpl::StreamResult GenerationServiceImpl::RunStream(
-    grpc::ServerContext* context, EngineClient& engine, const GenerateParams& params,
-    grpc::ServerWriter<pb::GenerateResponse>* writer) {
-  // Until the engine has ended the request, leaving this function any other
-  // way (cancel, deadline, failed write, exception) destroys the session,
-  // which aborts it: its KV blocks are freed in the engine's next step.
-  RequestSession session(
-      {[&engine](EngineRequest r) { return engine.Submit(std::move(r)); },
-       [&engine](const std::string& id, FinishReason reason) { engine.Abort(id, reason); }},
-      engine.tokenizer(), {params.request}, params.stop);
-  try {
-    session.Submit();
-  } catch (const EngineUnavailable& e) {
-    throw Unavailable(e.what());
-  } catch (const Error& e) {
-    // What the engine validates beyond the parser (messages name the field).
-    throw RpcError(grpc::StatusCode::INVALID_ARGUMENT, e.what());
-  }
-  GenerateResponder responder(engine.tokenizer(), params.request.request_id, params);
-  pb::GenerateResponse message;
-  StreamResult result;
-  while (!responder.finished()) {
-    if (context->IsCancelled()) {
-      // The status is not sent (the call is over); it is what the metrics count.
-      const bool expired = context->deadline() <= std::chrono::system_clock::now();
-      result.status = expired
-                          ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded")
-                          : grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
-      return result;
-    }
-    for (const SessionDelta& delta : session.Poll(options_.cancel_poll)) {
-      if (!responder.Build(delta, &message)) continue;
-      if (!writer->Write(message)) {
-        result.status = grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-        return result;
-      }
-    }
-    if (const auto& failure = session.failure()) {
-      result.status = grpc::Status(failure->kind == SessionFailure::Kind::kServerAborted
-                                       ? grpc::StatusCode::UNAVAILABLE
-                                       : grpc::StatusCode::INTERNAL,
-                                   failure->message);
-      return result;
-    }
-  }
-  result.completion_tokens = responder.completion_tokens();
-  result.finish = message.finish_reason();
-  return result;
+grpc::ServerUnaryReactor* GenerationServiceImpl::Tokenize(grpc::CallbackServerContext* context,
+                                                          const grpc::ByteBuffer* bytes,
+                                                          grpc::ByteBuffer* out) {
+  return Unary<pb::TokenizeRequest, pb::TokenizeResponse>(
+      context, "Tokenize", bytes, out,
+      [&](const pb::TokenizeRequest& req, pb::TokenizeResponse* response) {
+        const pb::TokenizeRequest* request = &req;
+        EngineClient& engine = ReadyEngine();
+        CheckModel(request->model(), limits_);
+        CheckPromptText(request->text(), limits_, "text");
+        const bool add_special =
+            request->has_add_special_tokens() ? request->add_special_tokens() : true;
+        const std::vector<int32_t> ids = engine.tokenizer().Encode(request->text(), add_special);
+        response->mutable_token_ids()->Add(ids.begin(), ids.end());
+        response->set_count(static_cast<int32_t>(ids.size()));
+        response->set_max_model_len(limits_.max_model_len);
+        return grpc::Status::OK;
+      });
 }
 
-grpc::Status GenerationServiceImpl::Tokenize(grpc::ServerContext* context,
-                                             const pb::TokenizeRequest* request,
-                                             pb::TokenizeResponse* response) {
-  return Record("Tokenize", Guarded(metrics_, [&] {
-                  CheckApiKey(options_.api_keys, context);
-                  EngineClient& engine = ReadyEngine();
-                  CheckModel(request->model(), limits_);
-                  CheckPromptText(request->text(), limits_, "text");
-                  const bool add_special =
-                      request->has_add_special_tokens() ? request->add_special_tokens() : true;
-                  const std::vector<int32_t> ids =
-                      engine.tokenizer().Encode(request->text(), add_special);
-                  response->mutable_token_ids()->Add(ids.begin(), ids.end());
-                  response->set_count(static_cast<int32_t>(ids.size()));
-                  response->set_max_model_len(limits_.max_model_len);
-                  return grpc::Status::OK;
-                }));
+grpc::ServerUnaryReactor* GenerationServiceImpl::Detokenize(grpc::CallbackServerContext* context,
+                                                            const grpc::ByteBuffer* bytes,
+                                                            grpc::ByteBuffer* out) {
+  return Unary<pb::DetokenizeRequest, pb::DetokenizeResponse>(
+      context, "Detokenize", bytes, out,
+      [&](const pb::DetokenizeRequest& req, pb::DetokenizeResponse* response) {
+        const pb::DetokenizeRequest* request = &req;
+        EngineClient& engine = ReadyEngine();
+        CheckModel(request->model(), limits_);
+        const auto& ids = request->token_ids();
+        const std::span<const int32_t> span(ids.data(), static_cast<size_t>(ids.size()));
+        CheckTokenIds(span, limits_.vocab_size, "token_ids");
+        response->set_text(engine.tokenizer().Decode(span));
+        return grpc::Status::OK;
+      });
 }
 
-grpc::Status GenerationServiceImpl::Detokenize(grpc::ServerContext* context,
-                                               const pb::DetokenizeRequest* request,
-                                               pb::DetokenizeResponse* response) {
-  return Record("Detokenize", Guarded(metrics_, [&] {
-                  CheckApiKey(options_.api_keys, context);
-                  EngineClient& engine = ReadyEngine();
-                  CheckModel(request->model(), limits_);
-                  const auto& ids = request->token_ids();
-                  const std::span<const int32_t> span(ids.data(), static_cast<size_t>(ids.size()));
-                  CheckTokenIds(span, limits_.vocab_size, "token_ids");
-                  response->set_text(engine.tokenizer().Decode(span));
-                  return grpc::Status::OK;
-                }));
+grpc::ServerUnaryReactor* GenerationServiceImpl::ListModels(grpc::CallbackServerContext* context,
+                                                            const grpc::ByteBuffer* bytes,
+                                                            grpc::ByteBuffer* out) {
+  return Unary<pb::ListModelsRequest, pb::ListModelsResponse>(
+      context, "ListModels", bytes, out,
+      [&](const pb::ListModelsRequest&, pb::ListModelsResponse* response) {
+        EngineClient& engine = ReadyEngine();
+        pb::ModelCard* card = response->add_models();
+        card->set_id(limits_.served_model_name);
+        card->set_owned_by("tqserve");
+        card->set_created(created_unix_s_);
+        card->set_root(engine.info().model_dir);
+        card->set_max_model_len(limits_.max_model_len);
+        return grpc::Status::OK;
+      });
 }
 
-grpc::Status GenerationServiceImpl::ListModels(grpc::ServerContext* context,
-                                               const pb::ListModelsRequest*,
-                                               pb::ListModelsResponse* response) {
-  return Record("ListModels", Guarded(metrics_, [&] {
-                  CheckApiKey(options_.api_keys, context);
-                  EngineClient& engine = ReadyEngine();
-                  pb::ModelCard* card = response->add_models();
-                  card->set_id(limits_.served_model_name);
-                  card->set_owned_by("tqserve");
-                  card->set_created(created_unix_s_);
-                  card->set_root(engine.info().model_dir);
-                  card->set_max_model_len(limits_.max_model_len);
-                  return grpc::Status::OK;
-                }));
-}
-
-grpc::Status GenerationServiceImpl::GetServerInfo(grpc::ServerContext* context,
-                                                  const pb::GetServerInfoRequest*,
-                                                  pb::GetServerInfoResponse* response) {
-  return Record("GetServerInfo", Guarded(metrics_, [&] {
-                  CheckApiKey(options_.api_keys, context);
-                  // Answers while draining too: EngineState.draining says so.
-                  EngineClient& engine = ReadyEngine(/*allow_draining=*/true);
-                  const EngineInfo& info = engine.info();
-                  response->set_model(limits_.served_model_name);
-                  // The directory path and library versions only when asked for
-                  // (--expose-server-details): they help an attacker more than a client.
-                  if (options_.server_details) response->set_model_dir(info.model_dir);
-                  response->set_device(info.device);
-                  pb::KvCacheInfo* kv = response->mutable_kv_cache();
-                  kv->set_dtype(info.kv_cache_dtype);
-                  kv->set_block_size(info.block_size);
-                  kv->set_num_blocks(info.num_kv_blocks);
-                  kv->set_bytes_per_block(info.kv_bytes_per_block);
-                  kv->set_total_bytes(info.kv_cache_bytes);
-                  kv->set_capacity_tokens(info.kv_capacity_tokens);
-                  kv->set_calibration(info.kv_calibration_source);
-                  response->set_max_model_len(info.max_model_len);
-                  response->set_max_num_seqs(info.max_num_seqs);
-                  response->set_max_num_batched_tokens(info.max_num_batched_tokens);
-                  response->set_vocab_size(info.vocab_size);
-                  for (const auto& [precision, bytes] : info.weight_bytes) {
-                    (*response->mutable_weight_bytes())[precision] = bytes;
-                  }
-                  pb::Versions* versions = response->mutable_versions();
-                  versions->set_tqserve(TQ_VERSION);
-                  if (options_.server_details) {
-                    versions->set_grpc(grpc::Version());
-                    versions->set_protobuf(
-                        google::protobuf::internal::VersionString(GOOGLE_PROTOBUF_VERSION));
-                  }
-                  versions->set_api("tqserve.v1");
-                  const EngineStats stats = engine.Stats();
-                  pb::EngineState* state = response->mutable_state();
-                  state->set_alive(stats.alive);
-                  state->set_draining(draining() || stats.draining);
-                  state->set_num_requests_running(stats.num_running);
-                  state->set_num_requests_waiting(stats.num_waiting);
-                  state->set_kv_cache_blocks_used(stats.kv_blocks_used);
-                  return grpc::Status::OK;
-                }));
+grpc::ServerUnaryReactor* GenerationServiceImpl::GetServerInfo(grpc::CallbackServerContext* context,
+                                                               const grpc::ByteBuffer* bytes,
+                                                               grpc::ByteBuffer* out) {
+  return Unary<pb::GetServerInfoRequest, pb::GetServerInfoResponse>(
+      context, "GetServerInfo", bytes, out,
+      [&](const pb::GetServerInfoRequest&, pb::GetServerInfoResponse* response) {
+        // Answers while draining too: EngineState.draining says so.
+        EngineClient& engine = ReadyEngine(/*allow_draining=*/true);
+        const EngineInfo& info = engine.info();
+        response->set_model(limits_.served_model_name);
+        // The directory path and library versions only when asked for
+        // (--expose-server-details): they help an attacker more than a client.
+        if (options_.server_details) response->set_model_dir(info.model_dir);
+        response->set_device(info.device);
+        pb::KvCacheInfo* kv = response->mutable_kv_cache();
+        kv->set_dtype(info.kv_cache_dtype);
+        kv->set_block_size(info.block_size);
+        kv->set_num_blocks(info.num_kv_blocks);
+        kv->set_bytes_per_block(info.kv_bytes_per_block);
+        kv->set_total_bytes(info.kv_cache_bytes);
+        kv->set_capacity_tokens(info.kv_capacity_tokens);
+        kv->set_calibration(info.kv_calibration_source);
+        response->set_max_model_len(info.max_model_len);
+        response->set_max_num_seqs(info.max_num_seqs);
+        response->set_max_num_batched_tokens(info.max_num_batched_tokens);
+        response->set_vocab_size(info.vocab_size);
+        for (const auto& [precision, bytes] : info.weight_bytes) {
+          (*response->mutable_weight_bytes())[precision] = bytes;
+        }
+        pb::Versions* versions = response->mutable_versions();
+        versions->set_tqserve(TQ_VERSION);
+        if (options_.server_details) {
+          versions->set_grpc(grpc::Version());
+          versions->set_protobuf(
+              google::protobuf::internal::VersionString(GOOGLE_PROTOBUF_VERSION));
+        }
+        versions->set_api("tqserve.v1");
+        const EngineStats stats = engine.Stats();
+        pb::EngineState* state = response->mutable_state();
+        state->set_alive(stats.alive);
+        state->set_draining(draining() || stats.draining);
+        state->set_num_requests_running(stats.num_running);
+        state->set_num_requests_waiting(stats.num_waiting);
+        state->set_kv_cache_blocks_used(stats.kv_blocks_used);
+        return grpc::Status::OK;
+      });
 }
 
 }  // namespace tq::grpc_api

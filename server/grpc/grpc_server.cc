@@ -17,6 +17,8 @@ std::string ListenAddress(const std::string& host, int port) {
 }
 
 constexpr std::chrono::milliseconds kHealthPeriod(100);
+// Threads of gRPC's synchronous server (reflection calls).
+constexpr int kMaxSyncThreads = 16;
 
 // Plaintext, or TLS with the daemon's certificate (--ssl-certfile/--ssl-keyfile);
 // with --ssl-ca-certs every client must present a certificate those CAs signed.
@@ -53,11 +55,12 @@ int GrpcServer::Start() {
   // gRPC sets SO_REUSEPORT by default, so a second daemon on the same port
   // would start and silently take half the connections: fail instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  // The synchronous API runs each call on its own thread: bound them (the
-  // streams' limit plus room for unary calls). gRPC answers calls it has no
-  // thread for with RESOURCE_EXHAUSTED.
+  // GenerationService runs on the callback API (no thread per call); only
+  // server reflection still uses the synchronous API, one thread per call:
+  // bound those. gRPC answers calls it has no thread for with
+  // RESOURCE_EXHAUSTED.
   grpc::ResourceQuota quota("tqserve-grpc");
-  quota.SetMaxThreads(options_.max_concurrent_streams + 64);
+  quota.SetMaxThreads(kMaxSyncThreads);
   builder.SetResourceQuota(quota);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port == 0) {

@@ -5,9 +5,10 @@
 // (the same engine), the published llama2.c greedy ids and the Python
 // sentencepiece library.
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { after, test } from 'node:test';
 
-import { connect, freePort, generate, grpcAddress, healthStatus, Status, unary } from './grpc_client.mjs';
+import { connect, freePort, generate, grpcAddress, healthStatus, rawCall, serviceMethods, Status, unary } from './grpc_client.mjs';
 import { referenceIds, sentencepiece, serveForTests, sleep } from './harness.mjs';
 
 // fp32 KV: the published reference is exact fp32 greedy decoding.
@@ -221,4 +222,87 @@ test('sampling.structured_output constrains Generate as the HTTP guided_* fields
   assert.equal(bad.status, Status.INVALID_ARGUMENT, bad.details);
   assert.match(bad.details, /^sampling\.structured_output\.json_schema .*'minimum'/);
   assert.equal(bad.messages.length, 0);
+});
+
+test('malformed protobuf requests get INVALID_ARGUMENT naming the fault, counted in tqserve_api_requests_total', async () => {
+  // Each body breaks the protobuf encoding rules
+  // (https://protobuf.dev/programming-guides/encoding/) as its comment says;
+  // tests/unit/test_grpc_wire.cc checks the server's decoder against
+  // libprotobuf's parser. (protobufjs is no oracle here: it decodes several
+  // of these without complaint.)
+  const bytes = (...b) => Buffer.from(b);
+  const cases = [
+    // field 2 (text), length 5 but 2 bytes follow
+    ['Generate', bytes(0x12, 0x05, 0x48, 0x69), /^malformed GenerateRequest: text \(field 2\): length 5 runs past the end/],
+    // field 6 (priority), a varint cut off after its continuation bit
+    ['Generate', bytes(0x30, 0x80), /^malformed GenerateRequest: priority \(field 6\): truncated or over-long varint at byte 0$/],
+    // field 5 (sampling) holding field 9 (max_tokens) with a truncated varint
+    ['Generate', bytes(0x2a, 0x02, 0x48, 0xff), /^malformed GenerateRequest: sampling\.max_tokens \(field 9\): truncated or over-long varint at byte 2$/],
+    // field 1 with wire type 7 (there is none)
+    ['Tokenize', bytes(0x0f, 0x00), /^malformed TokenizeRequest: model \(field 1\): invalid wire type 7 at byte 0$/],
+    // field 1 (model), a string of invalid UTF-8
+    ['Detokenize', bytes(0x0a, 0x02, 0xc3, 0x28), /^malformed DetokenizeRequest: model \(field 1\): string is not valid UTF-8 at byte 0$/],
+    // an unknown field's varint cut off
+    ['ListModels', bytes(0x08), /^malformed ListModelsRequest: field 1: truncated or over-long varint at byte 0$/],
+    // field number 0
+    ['GetServerInfo', bytes(0x00), /^malformed GetServerInfoRequest: field number 0 is invalid at byte 0$/],
+  ];
+  const counted = (m, route) => m.sum('tqserve_api_requests_total', { protocol: 'grpc', route, code: 'INVALID_ARGUMENT' });
+  const before = await served.daemon.metrics();
+  const { generation } = clients();
+  for (const [method, body, message] of cases) {
+    const got = await rawCall(generation, method, body);
+    assert.equal(got.code, Status.INVALID_ARGUMENT, `${method} ${body.toString('hex')}: ${got.details}`);
+    assert.match(got.details, message);
+    if (got.messages) assert.equal(got.messages.length, 0);
+  }
+  const after = await served.daemon.metrics();
+  for (const method of new Set(cases.map(([m]) => m))) {
+    const n = cases.filter(([m]) => m === method).length;
+    assert.equal(counted(after, method) - counted(before, method), n, method);
+  }
+  // The same raw path with valid bytes (protobufjs-encoded) is served as a
+  // generated client's call is.
+  const request = greedy('Once upon a time', 12);
+  const ok = await rawCall(generation, 'Generate', serviceMethods.Generate.requestSerialize(request));
+  assert.equal(ok.code, Status.OK, ok.details);
+  const decoded = ok.messages.map((m) => serviceMethods.Generate.responseDeserialize(m));
+  const viaClient = await generate(generation, request);
+  assert.deepEqual(decoded.flatMap((m) => m.token_ids), viaClient.token_ids);
+  assert.equal(decoded.map((m) => m.text).join(''), viaClient.text);
+  assert.equal(await healthStatus(clients().health), 'SERVING');
+});
+
+test('300 open Generate streams hold no thread each: the daemon gains fewer than 32 threads', async () => {
+  const N = 300;
+  const threads = () => Number(/^Threads:\s+(\d+)/m.exec(readFileSync(`/proc/${served.daemon.proc.pid}/status`, 'utf8'))[1]);
+  const long = greedy('Once upon a time', 400, { ignore_eos: true });
+  // (The idle count depends on the machine's cores: engine and gRPC pools.)
+  const idle = threads();
+  const calls = Array.from({ length: N }, () => clients().generation.Generate(long));
+  const ended = calls.map((call) => new Promise((resolve) => {
+    call.on('data', () => {});
+    call.on('error', () => {});
+    call.on('status', (s) => resolve(s.code));
+  }));
+  // Every stream reached the engine (running or waiting for a slot).
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    const m = await served.daemon.metrics();
+    if (m.get('tqserve_num_requests_running') + m.get('tqserve_num_requests_waiting') === N) break;
+    assert.ok(Date.now() < deadline, `running ${m.get('tqserve_num_requests_running')}, waiting ${m.get('tqserve_num_requests_waiting')}`);
+    await sleep(20);
+  }
+  const open = threads();
+  for (const call of calls) call.cancel();
+  assert.deepEqual(new Set(await Promise.all(ended)), new Set([Status.CANCELLED]));
+  assert.ok(open - idle < 32, `${open} threads with ${N} streams open, ${idle} before`);
+  let m;
+  for (const until = Date.now() + 5000; Date.now() < until; await sleep(20)) {
+    m = await served.daemon.metrics();
+    if (m.get('tqserve_num_requests_running') === 0 && m.get('tqserve_kv_cache_blocks_used') === 0) break;
+  }
+  assert.equal(m.get('tqserve_num_requests_running'), 0);
+  assert.equal(m.get('tqserve_num_requests_waiting'), 0);
+  assert.equal(m.get('tqserve_kv_cache_blocks_used'), 0);
 });

@@ -76,6 +76,36 @@ export function generate(client, request, { deadlineMs = 120_000 } = {}) {
   });
 }
 
+/**
+ * The service's method definitions from @grpc/proto-loader (path,
+ * requestDeserialize, ...): `serviceMethods.Generate.requestDeserialize(bytes)`
+ * decodes with protobufjs, which throws on bytes that are not a valid message.
+ */
+export const serviceMethods = definition['tqserve.v1.GenerationService'];
+
+/**
+ * Calls `method` of the service with `bytes` sent as they are (no
+ * serialization: a raw request body). Unary methods resolve to { code,
+ * details }; Generate (server streaming) too, with the messages received.
+ */
+export function rawCall(client, method, bytes, deadlineMs = 10_000) {
+  const { path: rpc, responseStream } = serviceMethods[method];
+  const asIs = (b) => b;
+  const options = { deadline: Date.now() + deadlineMs };
+  return new Promise((resolve) => {
+    if (!responseStream) {
+      client.makeUnaryRequest(rpc, asIs, asIs, bytes, new grpc.Metadata(), options, (err) =>
+        resolve(err ? { code: err.code, details: err.details } : { code: grpc.status.OK, details: '' }));
+      return;
+    }
+    const call = client.makeServerStreamRequest(rpc, asIs, asIs, bytes, new grpc.Metadata(), options);
+    const messages = [];
+    call.on('data', (m) => messages.push(m));
+    call.on('error', () => {}); // the status event carries the code
+    call.on('status', (s) => resolve({ code: s.code, details: s.details, messages }));
+  });
+}
+
 /** grpc.health.v1.Health/Check: 'SERVING', 'NOT_SERVING', ... (rejects on errors). */
 export async function healthStatus(health, service = '') {
   return (await unary(health, 'Check', { service }, 5_000)).status;

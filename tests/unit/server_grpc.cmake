@@ -5,6 +5,7 @@
 # from this file's directory so that it can be included from anywhere.
 tq_unit_test(tq_test_grpc
   ${CMAKE_CURRENT_LIST_DIR}/test_grpc_requests.cc
+  ${CMAKE_CURRENT_LIST_DIR}/test_grpc_wire.cc
   ${CMAKE_CURRENT_LIST_DIR}/test_grpc_service.cc
   ${CMAKE_CURRENT_LIST_DIR}/test_grpc_lifecycle.cc
   ${CMAKE_CURRENT_LIST_DIR}/test_grpc_concurrency.cc

@@ -1,0 +1,203 @@
+// Parsing raw request bytes with a precise fault (see wire_request.h).
+#include "server/grpc/wire_request.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+#include <grpcpp/support/slice.h>
+
+#include <vector>
+
+#include "server/grpc/grpc_status.h"
+
+namespace tq::grpc_api {
+namespace {
+
+namespace gp = google::protobuf;
+using gp::io::CodedInputStream;
+using WireType = gp::internal::WireFormatLite::WireType;
+
+// Whether `s` is valid UTF-8 (no overlongs, surrogates or code points past
+// U+10FFFF: what proto3 requires of a string field).
+bool ValidUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t n = 0;
+    uint32_t cp = 0, min = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      n = 1, cp = c & 0x1F, min = 0x80;
+    } else if ((c & 0xF0) == 0xE0) {
+      n = 2, cp = c & 0x0F, min = 0x800;
+    } else if ((c & 0xF8) == 0xF0) {
+      n = 3, cp = c & 0x07, min = 0x10000;
+    } else {
+      return false;
+    }
+    if (i + n >= s.size()) return false;  // truncated character
+    for (size_t k = 1; k <= n; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if ((b & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (b & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += n + 1;
+  }
+  return true;
+}
+
+// A repeated varint field (int32, bool, enum, ...): its wire type 2 form
+// is a packed run of varints, each checked.
+bool PackedVarints(const gp::FieldDescriptor* field) {
+  if (field == nullptr || !field->is_repeated()) return false;
+  switch (field->type()) {
+    case gp::FieldDescriptor::TYPE_INT32:
+    case gp::FieldDescriptor::TYPE_INT64:
+    case gp::FieldDescriptor::TYPE_UINT32:
+    case gp::FieldDescriptor::TYPE_UINT64:
+    case gp::FieldDescriptor::TYPE_SINT32:
+    case gp::FieldDescriptor::TYPE_SINT64:
+    case gp::FieldDescriptor::TYPE_BOOL:
+    case gp::FieldDescriptor::TYPE_ENUM:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Walks one message's fields up to the stream's current limit; returns the
+// first fault ("" when none). `prefix`: the path of the enclosing field
+// ("sampling."), `type` null for a message of unknown type (a group).
+std::string Walk(std::string_view bytes, CodedInputStream& in, const gp::Descriptor* type,
+                 const std::string& prefix, int depth) {
+  for (;;) {
+    const int at = in.CurrentPosition();
+    if (in.BytesUntilLimit() == 0) return "";
+    const uint32_t tag = in.ReadTag();
+    if (tag == 0) {
+      return (bytes[static_cast<size_t>(at)] == 0 ? "field number 0 is invalid"
+                                                  : "truncated or invalid field tag") +
+             std::string(" at byte ") + std::to_string(at);
+    }
+    const int number = static_cast<int>(tag >> 3);
+    const int wire = static_cast<int>(tag & 7);
+    const gp::FieldDescriptor* field = type ? type->FindFieldByNumber(number) : nullptr;
+    const std::string name = (field ? prefix + field->name() + " (field " : "field ") +
+                             std::to_string(number) + (field ? ")" : "");
+    const auto fault = [&](const std::string& what) {
+      return name + ": " + what + " at byte " + std::to_string(at);
+    };
+    if (number == 0) return fault("field number 0 is invalid");
+    switch (wire) {
+      case WireType::WIRETYPE_VARINT: {
+        uint64_t v = 0;
+        if (!in.ReadVarint64(&v)) return fault("truncated or over-long varint");
+        break;
+      }
+      case WireType::WIRETYPE_FIXED64: {
+        uint64_t v = 0;
+        if (!in.ReadLittleEndian64(&v)) return fault("truncated 64-bit value");
+        break;
+      }
+      case WireType::WIRETYPE_FIXED32: {
+        uint32_t v = 0;
+        if (!in.ReadLittleEndian32(&v)) return fault("truncated 32-bit value");
+        break;
+      }
+      case WireType::WIRETYPE_LENGTH_DELIMITED: {
+        uint32_t length = 0;
+        if (!in.ReadVarint32(&length)) return fault("truncated length");
+        const int left = in.BytesUntilLimit();
+        if (static_cast<int64_t>(length) > left) {
+          return fault("length " + std::to_string(length) + " runs past the end of the message (" +
+                       std::to_string(left) + " bytes left)");
+        }
+        const bool nested = field != nullptr && field->type() == gp::FieldDescriptor::TYPE_MESSAGE;
+        const bool text = field != nullptr && field->type() == gp::FieldDescriptor::TYPE_STRING &&
+                          field->file()->syntax() == gp::FileDescriptor::SYNTAX_PROTO3;
+        if (nested && depth < 100) {
+          const auto limit = in.PushLimit(static_cast<int>(length));
+          std::string inner =
+              Walk(bytes, in, field->message_type(), prefix + field->name() + ".", depth + 1);
+          if (!inner.empty()) return inner;
+          in.PopLimit(limit);
+        } else if (PackedVarints(field)) {
+          const auto limit = in.PushLimit(static_cast<int>(length));
+          while (in.BytesUntilLimit() > 0) {
+            const int element = in.CurrentPosition();
+            uint64_t v = 0;
+            if (!in.ReadVarint64(&v)) {
+              return name + ": truncated or over-long varint at byte " + std::to_string(element) +
+                     " (packed repeated field at byte " + std::to_string(at) + ")";
+            }
+          }
+          in.PopLimit(limit);
+        } else if (text) {
+          std::string value;
+          in.ReadString(&value, static_cast<int>(length));
+          if (!ValidUtf8(value)) return fault("string is not valid UTF-8");
+        } else {
+          in.Skip(static_cast<int>(length));
+        }
+        break;
+      }
+      case WireType::WIRETYPE_START_GROUP: {
+        if (depth >= 100) return fault("groups nested too deep");
+        std::string inner = Walk(bytes, in, nullptr, name + ".", depth + 1);
+        if (!inner.empty()) return inner;
+        if (!in.LastTagWas(
+                gp::internal::WireFormatLite::MakeTag(number, WireType::WIRETYPE_END_GROUP))) {
+          return fault("group without its end");
+        }
+        break;
+      }
+      case WireType::WIRETYPE_END_GROUP:
+        if (type == nullptr) return "";  // the end of the group being walked
+        return fault("end of a group that was not started");
+      default:
+        return fault("invalid wire type " + std::to_string(wire));
+    }
+  }
+}
+
+}  // namespace
+
+std::string DescribeWireFault(std::string_view bytes, const gp::Descriptor& type) {
+  CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
+                      static_cast<int>(bytes.size()));
+  in.PushLimit(static_cast<int>(bytes.size()));
+  return Walk(bytes, in, &type, "", 0);
+}
+
+void ParseRequest(const grpc::ByteBuffer& bytes, gp::Message* message) {
+  std::vector<grpc::Slice> slices;
+  std::string joined;
+  std::string_view data;
+  if (bytes.Valid() && bytes.Dump(&slices).ok()) {
+    if (slices.size() == 1) {
+      data = std::string_view(reinterpret_cast<const char*>(slices[0].begin()), slices[0].size());
+    } else {
+      joined.reserve(bytes.Length());
+      for (const grpc::Slice& s : slices)
+        joined.append(reinterpret_cast<const char*>(s.begin()), s.size());
+      data = joined;
+    }
+  }
+  message->Clear();
+  if (message->ParseFromArray(data.data(), static_cast<int>(data.size()))) return;
+  std::string why = DescribeWireFault(data, *message->GetDescriptor());
+  if (why.empty())
+    why = "not a valid protobuf encoding (" + std::to_string(data.size()) + " bytes)";
+  throw RpcError(grpc::StatusCode::INVALID_ARGUMENT,
+                 "malformed " + message->GetDescriptor()->name() + ": " + why);
+}
+
+void SerializeResponse(const gp::Message& message, grpc::ByteBuffer* out) {
+  std::string bytes = message.SerializeAsString();
+  grpc::Slice slice(std::move(bytes));
+  *out = grpc::ByteBuffer(&slice, 1);
+}
+
+}  // namespace tq::grpc_api

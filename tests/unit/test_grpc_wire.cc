@@ -1,0 +1,118 @@
+// Raw request parsing of the gRPC service (server/grpc/wire_request.h):
+// DescribeWireFault finds a fault exactly when libprotobuf's own parser (the
+// independent oracle) rejects the bytes, over every truncation and every
+// single-byte corruption of real encoded requests; ParseRequest's
+// INVALID_ARGUMENT messages name the field.
+#include <google/protobuf/message.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/slice.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "server/grpc/grpc_status.h"
+#include "server/grpc/wire_request.h"
+#include "tqserve/v1/generation.pb.h"
+
+namespace tq::grpc_api {
+namespace {
+
+namespace pb = tqserve::v1;
+
+pb::GenerateRequest RichRequest() {
+  pb::GenerateRequest r;
+  r.set_model("stories260K");
+  r.set_text("Once upon a time, naïve café");
+  r.set_add_special_tokens(false);
+  pb::SamplingParameters* s = r.mutable_sampling();
+  s->set_temperature(0.7);
+  s->set_top_k(40);
+  s->set_seed(-5);
+  s->set_max_tokens(300);
+  s->add_stop("Lily");
+  s->add_stop_token_ids(2);
+  s->add_stop_token_ids(13);
+  s->set_logprobs(3);
+  s->mutable_structured_output()->mutable_choice()->add_choices("yes");
+  r.set_priority(-1);
+  return r;
+}
+
+// Whether libprotobuf parses `bytes` as a `prototype` message.
+bool Parses(const google::protobuf::Message& prototype, const std::string& bytes) {
+  std::unique_ptr<google::protobuf::Message> m(prototype.New());
+  return m->ParseFromString(bytes);
+}
+
+void ExpectAgreesWithLibprotobuf(const google::protobuf::Message& prototype,
+                                 const std::string& bytes) {
+  const std::string fault = DescribeWireFault(bytes, *prototype.GetDescriptor());
+  EXPECT_EQ(Parses(prototype, bytes), fault.empty())
+      << "fault '" << fault << "' for " << bytes.size() << " bytes";
+}
+
+TEST(GrpcWire, FaultsExactlyWhenLibprotobufRejectsTruncationsAndCorruptions) {
+  const pb::GenerateRequest request = RichRequest();
+  const std::string bytes = request.SerializeAsString();
+  ASSERT_TRUE(DescribeWireFault(bytes, *pb::GenerateRequest::descriptor()).empty());
+  for (size_t n = 0; n <= bytes.size(); ++n)
+    ExpectAgreesWithLibprotobuf(request, bytes.substr(0, n));
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    for (const unsigned char v : {0x00, 0x07, 0x0f, 0x80, 0xff, 0xc3}) {
+      std::string corrupt = bytes;
+      corrupt[i] = static_cast<char>(v);
+      ExpectAgreesWithLibprotobuf(request, corrupt);
+    }
+  }
+  pb::DetokenizeRequest detok;
+  detok.add_token_ids(1);
+  detok.add_token_ids(403);
+  const std::string d = detok.SerializeAsString();
+  for (size_t n = 0; n <= d.size(); ++n) ExpectAgreesWithLibprotobuf(detok, d.substr(0, n));
+}
+
+grpc::ByteBuffer Buffer(const std::string& bytes) {
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+std::string ParseError(const std::string& bytes, google::protobuf::Message* message) {
+  try {
+    ParseRequest(Buffer(bytes), message);
+  } catch (const RpcError& e) {
+    EXPECT_EQ(e.code(), grpc::StatusCode::INVALID_ARGUMENT);
+    return e.what();
+  }
+  return "";
+}
+
+TEST(GrpcWire, ParseRequestNamesTheFieldAndTheFault) {
+  pb::GenerateRequest g;
+  EXPECT_EQ(ParseError(std::string("\x2a\x02\x48\xff", 4), &g),
+            "malformed GenerateRequest: sampling.max_tokens (field 9): truncated or over-long "
+            "varint at byte 2");
+  EXPECT_EQ(ParseError(std::string("\x12\x05Hi", 4), &g),
+            "malformed GenerateRequest: text (field 2): length 5 runs past the end of the "
+            "message (2 bytes left) at byte 0");
+  EXPECT_EQ(ParseError(std::string("\x0a\x02\xc3\x28", 4), &g),
+            "malformed GenerateRequest: model (field 1): string is not valid UTF-8 at byte 0");
+  pb::TokenizeRequest t;
+  EXPECT_EQ(ParseError(std::string("\x0f", 1), &t),
+            "malformed TokenizeRequest: model (field 1): invalid wire type 7 at byte 0");
+  EXPECT_EQ(ParseError(std::string("\x00", 1), &t),
+            "malformed TokenizeRequest: field number 0 is invalid at byte 0");
+  // Valid bytes parse; in several slices too.
+  const std::string bytes = RichRequest().SerializeAsString();
+  EXPECT_EQ(ParseError(bytes, &g), "");
+  EXPECT_EQ(g.SerializeAsString(), bytes);
+  grpc::Slice parts[] = {grpc::Slice(bytes.substr(0, 7)), grpc::Slice(bytes.substr(7))};
+  pb::GenerateRequest g2;
+  ParseRequest(grpc::ByteBuffer(parts, 2), &g2);
+  EXPECT_EQ(g2.SerializeAsString(), bytes);
+  // An empty body is the empty message.
+  EXPECT_EQ(ParseError("", &t), "");
+}
+
+}  // namespace
+}  // namespace tq::grpc_api
