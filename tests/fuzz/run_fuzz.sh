@@ -4,7 +4,8 @@
 # with fuzzer-no-link) in build-fuzz/, then runs each for FUZZ_SECONDS.
 #   tests/fuzz/run_fuzz.sh [target...]     (default: every target)
 # Environment: FUZZ_SECONDS (60 per target), FUZZ_DIR (build-fuzz),
-#   FUZZ_JOBS (build parallelism, 2), FUZZ_NICE (10).
+#   FUZZ_JOBS (build parallelism, 2), FUZZ_NICE (10), FUZZ_BUILD (1; 0 runs the
+#   targets already built, without installing or building anything).
 # The seed corpus (tests/fuzz/corpus/<name>) is copied to
 # $FUZZ_DIR/fuzz-corpus/<name>, which collects what libFuzzer finds, so the
 # checkout is not touched; crashes land in $FUZZ_DIR/fuzz-artifacts/<name>/.
@@ -36,17 +37,18 @@ IFS=$'\n' TARGETS=($(sort <<<"${TARGETS[*]}")); unset IFS
 
 # clang and libFuzzer only here, on demand: `make test` never needs them, so
 # CI's install stays as it was (scripts/install_deps.sh, TQ_FUZZ_DEPS=1).
-TQ_FUZZ_DEPS=1 bash scripts/install_deps.sh
-
-if [ ! -f "$FUZZ_DIR/build.ninja" ]; then
-  nice -n "$FUZZ_NICE" cmake -S . -B "$FUZZ_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
-    -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DTQ_FUZZ=ON -DTQ_CUDA=OFF
+if [ "${FUZZ_BUILD:-1}" != 0 ]; then
+  TQ_FUZZ_DEPS=1 bash scripts/install_deps.sh
+  if [ ! -f "$FUZZ_DIR/build.ninja" ]; then
+    nice -n "$FUZZ_NICE" cmake -S . -B "$FUZZ_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+      -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DTQ_FUZZ=ON -DTQ_CUDA=OFF
+  fi
+  # Only the fuzz targets and the libraries they link, not the whole project.
+  nice -n "$FUZZ_NICE" cmake --build "$FUZZ_DIR" -j "$FUZZ_JOBS" \
+    --target $(printf 'fuzz_%s ' "${TARGETS[@]}")
 fi
-# Only the fuzz targets and the libraries they link, not the whole project.
-nice -n "$FUZZ_NICE" cmake --build "$FUZZ_DIR" -j "$FUZZ_JOBS" \
-  --target $(printf 'fuzz_%s ' "${TARGETS[@]}")
 
-summary="$FUZZ_DIR/fuzz-summary.md"
+summary="$FUZZ_DIR/fuzz-summary${FUZZ_SUMMARY_SUFFIX:-}.md"
 {
   echo "| target | seconds | executions | exec/s | corpus | result |"
   echo "|---|---:|---:|---:|---:|---|"
