@@ -6,6 +6,8 @@
 #   make build      build into build/ (binary: build/bin/tqserve)
 #   make test-http-full  the HTTP front end's load tests at the issue's full counts
 #                   (2,000 streams, 1,000 slowloris connections, 200 streams at SIGTERM)
+#   make fuzz       build the libFuzzer targets with clang-14 (build-fuzz/) and run each
+#                   for FUZZ_SECONDS (default 60); docs/fuzzing.md
 
 BUILD_DIR ?= build
 ASAN_DIR ?= build-asan
@@ -23,7 +25,7 @@ ifneq ($(NVCC),)
 CUDA_FLAGS := -DCMAKE_CUDA_COMPILER=$(NVCC)
 endif
 
-.PHONY: deps configure build serve test test-asan test-http-full format clean
+.PHONY: deps configure build serve test test-asan test-http-full fuzz format clean
 
 deps:
 	@bash scripts/install_deps.sh
@@ -48,8 +50,12 @@ test-asan: deps
 	cmake --build $(ASAN_DIR)
 	cd $(ASAN_DIR) && ctest --output-on-failure --timeout 900 -j $(CTEST_JOBS)
 
+FUZZ_SECONDS ?= 60
+fuzz:
+	FUZZ_SECONDS=$(FUZZ_SECONDS) bash tests/fuzz/run_fuzz.sh $(FUZZ_TARGETS)
+
 format:
 	git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) build-fuzz

@@ -44,6 +44,13 @@ if [ "${TQ_DEPS:-all}" != build ]; then
   command -v kubectl >/dev/null 2>&1 || PACKAGES+=(kubernetes-client)
 fi
 
+# clang-14 and libFuzzer (libclang-rt-14-dev) only for `make fuzz`
+# (tests/fuzz/run_fuzz.sh sets TQ_FUZZ_DEPS=1): CI's `make test` and
+# `make test-asan` replay the fuzz corpora with GCC and need neither.
+if [ "${TQ_FUZZ_DEPS:-0}" = 1 ]; then
+  PACKAGES+=(clang-14 libclang-rt-14-dev)
+fi
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -2,6 +2,7 @@
 #include "engine/sampling/sampling_params.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <sstream>
 
 namespace tq {
@@ -16,7 +17,9 @@ std::string Num(double v) {
     os.precision(precision);
     os << v;
     text = os.str();
-    if (!std::isfinite(v) || std::stod(text) == v) break;
+    // strtod, not std::stod: a rounded text of a value near DBL_MAX
+    // ("-2e+308") overflows, where std::stod throws (found by fuzz_grpc_request).
+    if (!std::isfinite(v) || std::strtod(text.c_str(), nullptr) == v) break;
   }
   return text;
 }

@@ -56,7 +56,11 @@ CallArgs Rest(const CallArgs& a, size_t first) {
 Value Attr(const Value& item, const std::string& path) {
   Value v = item;
   for (const std::string& part : PySplit(path, std::string_view("."), -1)) {
-    const bool digits = !part.empty() && part.find_first_not_of("0123456789") == std::string::npos;
+    // At most 18 digits fit int64_t; a longer index is no item of anything
+    // (jinja2: undefined), so it is looked up as a key (std::stoll threw
+    // out_of_range; found by fuzz_chat_template).
+    const bool digits = !part.empty() && part.size() <= 18 &&
+                        part.find_first_not_of("0123456789") == std::string::npos;
     v = digits ? GetItem(v, Value(static_cast<int64_t>(std::stoll(part))))
                : GetItem(v, Value(part));
   }

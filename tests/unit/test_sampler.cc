@@ -303,6 +303,13 @@ TEST(SamplingParams, ValidateNamesFieldAndValue) {
         "temperature must be a finite number >= 0, got -0.5");
   check([](SamplingParams& p) { p.temperature = INFINITY; },
         "temperature must be a finite number >= 0, got inf");
+  // Near -DBL_MAX the short roundings ("-2e+308") overflow when read back:
+  // the message still shows the value (Python's repr gives the same digits).
+  // Regression of tests/fuzz/corpus/grpc_request/crash_temperature_near_dbl_max.
+  check([](SamplingParams& p) { p.temperature = -1.6850163752359144e+308; },
+        "temperature must be a finite number >= 0, got -1.6850163752359144e+308");
+  check([](SamplingParams& p) { p.presence_penalty = 1.7976931348623157e+308; },
+        "presence_penalty must be in [-2, 2], got 1.7976931348623157e+308");
   check([](SamplingParams& p) { p.top_p = 2; }, "top_p must be in (0, 1], got 2");
   check([](SamplingParams& p) { p.top_p = 0; }, "top_p must be in (0, 1], got 0");
   check([](SamplingParams& p) { p.top_p = NAN; }, "top_p must be in (0, 1], got nan");
