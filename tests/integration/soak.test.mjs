@@ -71,6 +71,12 @@ class Tally {
   constructor() {
     this.counts = {};
     this.unexpected = [];
+    this.inFlight = new Map();  // worker id -> { what, since, progress }
+  }
+  begin(worker, what) {
+    const entry = { what, since: Date.now(), progress: 0 };
+    this.inFlight.set(worker, entry);
+    return entry;
   }
   add(category) {
     this.counts[category] = (this.counts[category] ?? 0) + 1;
@@ -91,7 +97,7 @@ function checkWhole(res, n, maxTokens, chat) {
   assert.ok(res.usage.completion_tokens >= n && res.usage.completion_tokens <= n * maxTokens, JSON.stringify(res.usage));
 }
 
-async function httpRequest(daemon, client, r, tally) {
+async function httpRequest(daemon, client, r, tally, id) {
   const chat = r.next() < 0.5;
   const stream = r.next() < 0.6;
   const n = r.pick([1, 1, 2, 3]);
@@ -108,6 +114,7 @@ async function httpRequest(daemon, client, r, tally) {
   const timer = abortAfterMs >= 0 ? setTimeout(() => controller.abort(), abortAfterMs) : undefined;
   const kind = `${chat ? 'chat' : 'completion'}${stream ? '_stream' : ''}`;
   const api = chat ? client.chat.completions : client.completions;
+  const track = tally.begin(id, `${kind} ${JSON.stringify(body)} abort@${abortAfterChunks} chunks/${abortAfterMs} ms`);
   try {
     if (!stream) {
       const res = await api.create(body, { signal: controller.signal });
@@ -121,6 +128,7 @@ async function httpRequest(daemon, client, r, tally) {
     let usage;
     for await (const chunk of s) {
       chunks++;
+      track.progress = chunks;
       if (chunk.usage) usage = chunk.usage;
       for (const c of chunk.choices) if (c.finish_reason) finishes.set(c.index, c.finish_reason);
       if (chunks === abortAfterChunks) controller.abort();
@@ -142,8 +150,9 @@ async function httpRequest(daemon, client, r, tally) {
   }
 }
 
-async function badRequest(daemon, r, tally) {
+async function badRequest(daemon, r, tally, id) {
   const [route, body, want] = r.pick(BAD);
+  tally.begin(id, `bad ${route} ${JSON.stringify(body)}`);
   try {
     const res = await daemon.fetch(route, {
       method: 'POST',
@@ -160,12 +169,13 @@ async function badRequest(daemon, r, tally) {
 }
 
 /** One gRPC Generate: to the end, cancelled after some messages, or with a short deadline. */
-function grpcRequest(generation, r, tally) {
+function grpcRequest(generation, r, tally, id) {
   const mode = r.pick(['whole', 'cancel', 'deadline']);
   const maxTokens = r.int(4, 200);
   const request = { text: r.pick(PROMPTS), sampling: { max_tokens: maxTokens, ignore_eos: r.next() < 0.5, temperature: 0 } };
   const deadlineMs = mode === 'deadline' ? r.int(5, 200) : 60_000;
   const cancelAfter = r.int(1, 10);
+  const track = tally.begin(id, `grpc ${mode} ${JSON.stringify(request)} deadline ${deadlineMs} ms cancel@${cancelAfter}`);
   return new Promise((resolve) => {
     const call = generation.Generate(request, { deadline: Date.now() + deadlineMs });
     let messages = 0;
@@ -173,6 +183,7 @@ function grpcRequest(generation, r, tally) {
     let finish;
     call.on('data', (m) => {
       messages++;
+      track.progress = messages;
       tokens += m.token_ids.length;
       if (m.finish_reason && m.finish_reason !== 'FINISH_REASON_UNSPECIFIED') finish = m.finish_reason;
       if (mode === 'cancel' && messages === cancelAfter) call.cancel();
@@ -205,7 +216,7 @@ async function settle(daemon, ok, ms = 10_000) {
   }
 }
 
-test(`soak: ${SECONDS} s of mixed traffic from ${WORKERS} clients, preemption, aborts, bad requests`, { timeout: (SECONDS + 120) * 1000 }, async () => {
+test(`soak: ${SECONDS} s of mixed traffic from ${WORKERS} clients, preemption, aborts, bad requests`, { timeout: (SECONDS + 180) * 1000 }, async () => {
   // The pool's geometry from a default daemon, then one of FITS sequences.
   const probe = await startDaemon({ args: ['--max-model-len', String(MAX_LEN)] });
   daemons.push(probe);
@@ -218,7 +229,7 @@ test(`soak: ${SECONDS} s of mixed traffic from ${WORKERS} clients, preemption, a
   const grpcPort = await freePort();
   const daemon = await startDaemon({
     args: ['--max-model-len', String(MAX_LEN), '--kv-cache-memory', String(budget), '--max-num-seqs', String(MAX_NUM_SEQS),
-      '--grpc-port', String(grpcPort), '--disable-log-requests'],
+      '--grpc-port', String(grpcPort)],
   });
   daemons.push(daemon);
   assert.equal((await daemon.metrics()).get('tqserve_kv_cache_capacity_tokens'), FITS * MAX_LEN);
@@ -247,19 +258,31 @@ test(`soak: ${SECONDS} s of mixed traffic from ${WORKERS} clients, preemption, a
     const r = rng(1000 + id);
     while (Date.now() < end && !daemon.exitStatus) {
       const what = r.next();
-      if (what < 0.7) await httpRequest(daemon, client, r, tally);
-      else if (what < 0.8) await badRequest(daemon, r, tally);
-      else await grpcRequest(grpcClients.generation, r, tally);
+      if (what < 0.7) await httpRequest(daemon, client, r, tally, id);
+      else if (what < 0.8) await badRequest(daemon, r, tally, id);
+      else await grpcRequest(grpcClients.generation, r, tally, id);
     }
+    tally.inFlight.delete(id);
   };
+  // Every request is bounded (60 s client timeouts and deadlines): the
+  // workers end within a minute and a half of the end, or something hangs.
+  let stuck;
   try {
-    await Promise.all(Array.from({ length: WORKERS }, (_, i) => worker(i)));
+    const workers = Promise.all(Array.from({ length: WORKERS }, (_, i) => worker(i)));
+    const grace = sleep(SECONDS * 1000 + 90_000).then(() => 'stuck');
+    if ((await Promise.race([workers, grace])) === 'stuck') {
+      const now = Date.now();
+      stuck = [...tally.inFlight.values()].map((e) => `${((now - e.since) / 1000).toFixed(1)} s, progress ${e.progress}: ${e.what}`);
+      const m = await daemon.metrics();
+      stuck.push(`running ${m.get('tqserve_num_requests_running')}, waiting ${m.get('tqserve_num_requests_waiting')}, blocks used ${m.get('tqserve_kv_cache_blocks_used')}`);
+    }
   } finally {
     clearInterval(rssTimer);
     clearInterval(progressTimer);
     grpcClients.close();
   }
   assert.equal(daemon.exitStatus, undefined, `the daemon died during the soak:\n${daemon.stderr.slice(-4000)}`);
+  assert.equal(stuck, undefined, `requests still in flight 90 s after the end:\n${stuck?.join('\n')}\n${daemon.stderr.slice(-3000)}`);
 
   // Aborted requests are freed in the engine's next steps.
   const m = await settle(daemon, (x) => x.get('tqserve_num_requests_running') === 0 && x.get('tqserve_kv_cache_blocks_used') === 0
