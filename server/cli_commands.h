@@ -59,7 +59,14 @@ void AddEvalCommand(CLI::App& app);
 
 /// `tqserve serve --model DIR [--host --port --served-model-name ...]`: the
 /// OpenAI-compatible HTTP daemon (server/http, docs/api.md). Runs until
-/// SIGTERM/SIGINT, then drains and returns (exit status 0).
+/// SIGTERM/SIGINT, then drains and returns (exit status 0); when the engine
+/// thread fails it fails every request, and throws tq::Error within ~3 s
+/// (exit status 1) so that a supervisor restarts it.
 void AddServeCommand(CLI::App& app);
+
+/// The whole tqserve command line: parses `argv`, runs one subcommand and
+/// returns the process exit status (0; 1 on tq::Error, printed as one
+/// "tqserve: error:" line; 2 on a usage or internal error).
+int RunTqserve(int argc, char** argv);
 
 }  // namespace tq

@@ -1,33 +1,6 @@
 // tqserve: entry point. Parses the command line and runs one subcommand.
-#include <CLI/CLI.hpp>
-#include <cstdio>
-#include <exception>
-
-#include "engine/common/error.h"
 #include "server/cli_commands.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"tqserve: an LLM inference server with a 3-bit paged KV cache"};
-  app.set_version_flag("--version", "tqserve 0.1.0");
-  app.require_subcommand(1);
-  // A flag given twice takes the last value, as in vLLM and llama.cpp.
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  tq::AddGenerateCommand(app);
-  tq::AddMakeRandomModelCommand(app);
-  tq::AddEvalCommand(app);
-  tq::AddServeCommand(app);
-  tq::AddQuantizeCommand(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    // --help and --version exit 0; a usage error exits 2 (as getopt tools do).
-    return app.exit(e) == 0 ? 0 : 2;
-  } catch (const tq::Error& e) {
-    std::fprintf(stderr, "tqserve: error: %s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "tqserve: internal error: %s\n", e.what());
-    return 2;
-  }
-  return 0;
+  return tq::RunTqserve(argc, argv);
 }

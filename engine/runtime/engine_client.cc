@@ -247,7 +247,11 @@ void EngineClient::Shutdown() {
 
 EngineStats EngineClient::Stats() const {
   std::lock_guard<std::mutex> lock(state_->mu);
-  return state_->stats;
+  EngineStats s = state_->stats;
+  // Dead from the moment the loop ends, not only after its last Publish: a
+  // client that has read its engine-failure error sees /livez 503 at once.
+  s.alive = s.alive && !state_->failed && !state_->stopped;
+  return s;
 }
 
 const EngineInfo& EngineClient::info() const {

@@ -1,8 +1,22 @@
 #include "engine/runtime/engine_core.h"
 
+#include <atomic>
 #include <vector>
 
 namespace tq {
+namespace {
+
+// A run-time seam rather than an #ifdef: the same Release and ASan builds
+// that `make test` and `make test-asan` run carry the fault test, with no
+// second build of the engine, while the shipped binary cannot reach it (see
+// SetStepFaultHookForTesting). Costs one relaxed load per step.
+std::atomic<StepFaultHook> g_step_fault_hook{nullptr};
+
+}  // namespace
+
+void SetStepFaultHookForTesting(StepFaultHook hook) {
+  g_step_fault_hook.store(hook, std::memory_order_relaxed);
+}
 
 EngineCore::EngineCore(const SchedulerConfig& config, std::unique_ptr<ModelRunner> runner,
                        EngineObserver* observer)
@@ -56,6 +70,7 @@ bool EngineCore::Step() {
     }
   }
   if (scheduled.empty()) return false;
+  if (StepFaultHook hook = g_step_fault_hook.load(std::memory_order_relaxed)) hook(num_steps_ + 1);
   const ModelOutput output = runner_->Execute(scheduled);
   ++num_steps_;
   std::vector<RequestUpdate> updates = scheduler_.Update(scheduled, output, Clock::now());

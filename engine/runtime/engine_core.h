@@ -13,6 +13,19 @@
 
 namespace tq {
 
+/// A test-only fault (issue 20 item 9): called by EngineCore::Step on the
+/// engine thread with the 1-based number of the step, after scheduling and
+/// before the model runs (mid-step: blocks are allocated, nothing computed);
+/// it may throw to make that step fail as a real engine failure would.
+using StepFaultHook = void (*)(int64_t step);
+
+/// Installs `hook` for every EngineCore of the process (nullptr: none, the
+/// default). Call before any engine thread starts. Only the test binary
+/// tqserve_fault_inject (tests/integration/fault_inject_main.cc) calls this;
+/// the tqserve binary never does, so a release daemon cannot be made to fail
+/// by any flag, environment variable or request.
+void SetStepFaultHookForTesting(StepFaultHook hook);
+
 /// The synchronous engine that EngineClient's thread drives (vLLM's
 /// EngineCore): AddRequest / Abort / Step, all on one thread. Owns the
 /// scheduler and routes each RequestUpdate to its request's stream and to the

@@ -93,10 +93,11 @@ class SignalWaiter {
     thread_.join();
   }
 
-  /// Blocks until `count` signals have arrived.
-  void WaitFor(int count) {
+  /// Blocks until `count` signals have arrived or `timeout` passed; returns
+  /// whether they arrived.
+  bool WaitFor(int count, std::chrono::milliseconds timeout) {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return received_ >= count; });
+    return cv_.wait_for(lock, timeout, [&] { return received_ >= count; });
   }
   int received() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -190,6 +191,37 @@ void Drain(http::HttpServer& server, grpc_api::GrpcServer* grpc, EngineClient& e
   if (grpc != nullptr) grpc->Stop(std::chrono::seconds(1));
   engine.Shutdown();
   spdlog::info("stopped");
+}
+
+// After an engine failure (the engine thread threw; issue 20 item 9) the
+// engine has ended every request with an error and takes no new ones (503,
+// gRPC UNAVAILABLE); /livez and /health answer 503. The front ends get up
+// to kFailureWriteSeconds to write those errors, probes see the 503 for at
+// least kFailureProbeSeconds, then the servers stop and this throws, so the
+// process exits non-zero within ~3 s and Kubernetes (or any supervisor)
+// restarts it instead of leaving a daemon that can only refuse work.
+constexpr double kFailureWriteSeconds = 2.0;
+constexpr double kFailureProbeSeconds = 1.0;
+
+[[noreturn]] void StopAfterEngineFailure(http::HttpServer& server, grpc_api::GrpcServer* grpc,
+                                         EngineClient& engine) {
+  const auto failed_at = Clock::now();
+  const auto seconds = [&](double s) {
+    return failed_at +
+           std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  };
+  spdlog::critical("the engine failed; exiting within {} s so that the daemon is restarted",
+                   kFailureWriteSeconds + 1.5);
+  const auto write_deadline = seconds(kFailureWriteSeconds);
+  const bool idle = server.state().WaitIdle(write_deadline) &&
+                    (grpc == nullptr || grpc->WaitIdle(write_deadline));
+  if (!idle)
+    spdlog::warn("engine failure: {} request(s) left unanswered", server.state().in_flight());
+  std::this_thread::sleep_until(std::max(Clock::now(), seconds(kFailureProbeSeconds)));
+  server.Stop();
+  if (grpc != nullptr) grpc->Stop(std::chrono::seconds(1));
+  engine.Shutdown();
+  throw Error("the engine failed (see the log above); exiting for a restart");
 }
 
 void RunServe(ServeArgs& args) {
@@ -301,7 +333,11 @@ void RunServe(ServeArgs& args) {
     server.Stop();
     throw;
   }
-  signals.WaitFor(1);
+  // Until SIGTERM/SIGINT, or until the engine thread dies (checked every
+  // 50 ms: a snapshot under a lock).
+  while (!signals.WaitFor(1, std::chrono::milliseconds(50))) {
+    if (!engine->Stats().alive) StopAfterEngineFailure(server, grpc.get(), *engine);
+  }
   Drain(server, grpc.get(), *engine, signals, args.shutdown_timeout_s);
 }
 

@@ -8,6 +8,8 @@
 //   TQ_PYTHON3     Debian's python3 with sentencepiece (independent references)
 //   TQ_SOURCE_DIR  the repository root
 //   TQ_WORK_DIR    a scratch directory in the build tree
+//   TQSERVE_FAULT_BIN  tqserve_fault_inject: tqserve plus a test-only engine
+//                  fault (TQSERVE_FAULT_INJECT; fault.test.mjs)
 //   TQSERVE_TENSOR_PARALLEL_SIZE  optional: every daemon runs with
 //                  --tensor-parallel-size N (the *_tp2 tests; docs/parallelism.md)
 import assert from 'node:assert/strict';
@@ -33,6 +35,7 @@ export function env(name, fallback) {
 }
 
 export const BIN = () => env('TQSERVE_BIN');
+export const FAULT_BIN = () => env('TQSERVE_FAULT_BIN');
 export const MODEL = () => env('TQSERVE_MODEL');
 export const PYTHON = () => env('TQ_PYTHON3', '/usr/bin/python3');
 export const SOURCE_DIR = () => env('TQ_SOURCE_DIR', path.resolve(here, '../..'));
@@ -127,8 +130,10 @@ export class Daemon {
  * printed its listening line and GET /health answered 200 (over HTTPS with
  * `tls`, see Daemon, when args hold --ssl-certfile). Rejects with the
  * daemon's stderr when it exits first or is not ready within `readyTimeoutMs`.
+ * `bin` (default BIN()) and `env` (added to this process's environment)
+ * choose another binary and environment (the fault test's).
  */
-export async function startDaemon({ args = [], model = MODEL(), port = 0, readyTimeoutMs = 120_000, tls } = {}) {
+export async function startDaemon({ args = [], model = MODEL(), port = 0, readyTimeoutMs = 120_000, tls, bin = BIN(), env: extraEnv = {} } = {}) {
   // Loopback only, unless a test asks for another address.
   const host = args.includes('--host') ? [] : ['--host', '127.0.0.1'];
   // No gRPC server unless a test asks for one: daemons running in parallel
@@ -137,7 +142,7 @@ export async function startDaemon({ args = [], model = MODEL(), port = 0, readyT
   const tpSize = process.env.TQSERVE_TENSOR_PARALLEL_SIZE;
   const tp = tpSize && !args.includes('--tensor-parallel-size') ? ['--tensor-parallel-size', tpSize] : [];
   const argv = ['serve', '--model', model, '--port', String(port), ...host, ...grpc, ...tp, ...args];
-  const proc = spawn(BIN(), argv, { stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(bin, argv, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...extraEnv } });
   const daemon = new Daemon(proc, argv, tls);
   live.add(daemon);
   // If this node process is killed (CTest timeout), take the daemon with it.
