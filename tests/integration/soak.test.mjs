@@ -131,7 +131,13 @@ async function httpRequest(daemon, client, r, tally, id) {
       track.progress = chunks;
       if (chunk.usage) usage = chunk.usage;
       for (const c of chunk.choices) if (c.finish_reason) finishes.set(c.index, c.finish_reason);
-      if (chunks === abortAfterChunks) controller.abort();
+      if (chunks === abortAfterChunks) {
+        // Abort and leave the loop (the openai client's documented way):
+        // awaiting another read after an abort that races the body's end
+        // can leave undici's reader pending forever on the client side.
+        controller.abort();
+        break;
+      }
     }
     if (controller.signal.aborted) {
       tally.add(`${kind}_aborted`);  // the abort came as the stream ended
