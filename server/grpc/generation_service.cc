@@ -212,14 +212,13 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Tokenize(grpc::CallbackServerCo
                                                           grpc::ByteBuffer* out) {
   return Unary<pb::TokenizeRequest, pb::TokenizeResponse>(
       context, "Tokenize", bytes, out,
-      [&](const pb::TokenizeRequest& req, pb::TokenizeResponse* response) {
-        const pb::TokenizeRequest* request = &req;
+      [&](const pb::TokenizeRequest& request, pb::TokenizeResponse* response) {
         EngineClient& engine = ReadyEngine();
-        CheckModel(request->model(), limits_);
-        CheckPromptText(request->text(), limits_, "text");
+        CheckModel(request.model(), limits_);
+        CheckPromptText(request.text(), limits_, "text");
         const bool add_special =
-            request->has_add_special_tokens() ? request->add_special_tokens() : true;
-        const std::vector<int32_t> ids = engine.tokenizer().Encode(request->text(), add_special);
+            request.has_add_special_tokens() ? request.add_special_tokens() : true;
+        const std::vector<int32_t> ids = engine.tokenizer().Encode(request.text(), add_special);
         response->mutable_token_ids()->Add(ids.begin(), ids.end());
         response->set_count(static_cast<int32_t>(ids.size()));
         response->set_max_model_len(limits_.max_model_len);
@@ -232,11 +231,10 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Detokenize(grpc::CallbackServer
                                                             grpc::ByteBuffer* out) {
   return Unary<pb::DetokenizeRequest, pb::DetokenizeResponse>(
       context, "Detokenize", bytes, out,
-      [&](const pb::DetokenizeRequest& req, pb::DetokenizeResponse* response) {
-        const pb::DetokenizeRequest* request = &req;
+      [&](const pb::DetokenizeRequest& request, pb::DetokenizeResponse* response) {
         EngineClient& engine = ReadyEngine();
-        CheckModel(request->model(), limits_);
-        const auto& ids = request->token_ids();
+        CheckModel(request.model(), limits_);
+        const auto& ids = request.token_ids();
         const std::span<const int32_t> span(ids.data(), static_cast<size_t>(ids.size()));
         CheckTokenIds(span, limits_.vocab_size, "token_ids");
         response->set_text(engine.tokenizer().Decode(span));

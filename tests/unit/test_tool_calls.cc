@@ -281,34 +281,12 @@ TEST(ToolCallStream, EveryFormatStreamsArgumentsAsWritten) {
 }
 
 TEST(ToolCallStream, HermesArgumentsStreamAsWritten) {
-  const std::string text =
-      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
-      "{\"city\": \"Par}is \\\"x\\\"\", \"days\": [1, {\"a\": 2}]}}\n</tool_call>\n"
-      "<tool_call>\n{\"name\": \"f\", \"parameters\": {}}\n</tool_call>";
-  ExpectStreamMatchesWhole(F::kHermes, text);
-  ToolCallStreamParser stream(F::kHermes);
-  std::vector<ToolCallPiece> pieces;
-  std::string content;
-  size_t name_at = 0;
-  for (size_t i = 0; i < text.size(); ++i) {
-    content += stream.Feed(text.substr(i, 1));
-    for (ToolCallPiece& p : stream.TakePieces()) {
-      if (pieces.empty()) name_at = i;
-      pieces.push_back(std::move(p));
-    }
-  }
-  // The name piece comes as soon as the name's closing quote arrives.
-  EXPECT_EQ(name_at, text.find("get_weather") + std::string("get_weather").size());
-  const size_t streamed = pieces.size();
-  (void)stream.Finish();
-  EXPECT_TRUE(stream.TakePieces().empty());  // everything streamed already
-  EXPECT_GT(streamed, 10u);                  // byte by byte
-  EXPECT_EQ(content, "Let me check.");
-  std::string first_args;
-  for (const ToolCallPiece& p : pieces) {
-    if (p.index == 0) first_args += p.arguments;
-  }
-  EXPECT_EQ(first_args, "{\"city\": \"Par}is \\\"x\\\"\", \"days\": [1, {\"a\": 2}]}");
+  const std::string args = "{\"city\": \"Par}is \\\"x\\\"\", \"days\": [1, {\"a\": 2}]}";
+  ExpectIncremental(
+      F::kHermes,
+      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": " + args +
+          "}\n</tool_call>\n<tool_call>\n{\"name\": \"f\", \"parameters\": {}}\n</tool_call>",
+      "get_weather", args, "Let me check.");
 }
 
 TEST(ToolCallStream, ContentBeforeACallStreamsAtOnce) {
