@@ -46,6 +46,9 @@ struct BackendCapabilities {
   /// One bit per KvDtype (1 << dtype): the formats KvWrite and PagedAttention
   /// implement.
   uint32_t kv_dtypes = ~0u;
+  /// Embedding() reads int8/int4 tables (EmbeddingParams); false: fp32, fp16
+  /// and bf16 only, and the loader refuses a quantized embed_tokens.
+  bool int_embedding = false;
 
   bool SupportsKvDtype(KvDtype dtype) const {
     return ((kv_dtypes >> static_cast<unsigned>(dtype)) & 1u) != 0;

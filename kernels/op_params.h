@@ -80,7 +80,11 @@ struct WeightView {
 };
 
 /// out[t, :] = table[ids[t], :] widened to fp32; table [vocab, hidden] in a
-/// dense format (kF32, kF16 or kBF16).
+/// dense format (kF32, kF16 or kBF16), or, where the backend's capabilities
+/// say so (BackendCapabilities::int_embedding), an integer one (kInt8/kInt4
+/// rows, or the CPU backend's kInt8Tiles/kInt4Tiles when a tied table is
+/// shared with lm_head): the row is dequantized as WeightView's contract
+/// (scale * (code - zero) per group of group_size columns).
 struct EmbeddingParams {
   const int32_t* ids = nullptr;  // [num_tokens], each in [0, vocab)
   const void* table = nullptr;   // [vocab, hidden], table_dtype elements
@@ -89,6 +93,10 @@ struct EmbeddingParams {
   int32_t vocab = 0;
   int32_t hidden = 0;
   WeightDtype table_dtype = WeightDtype::kF32;
+  // Integer tables only: as WeightView's scales / zeros (null = symmetric) / group_size.
+  const uint16_t* scales = nullptr;
+  const uint16_t* zeros = nullptr;
+  int32_t group_size = 0;
 };
 
 /// out = x / sqrt(mean(x²) + eps) * weight, per row (Zhang & Sennrich 2019).

@@ -125,9 +125,11 @@ void RunQuantize(const QuantizeArgs& args) {
   if (!args.out_dir.empty()) {
     const quant::QuantizeSummary s =
         quant::WriteQuantizedCheckpoint(args.model_dir, files.config, formats, args.out_dir);
-    std::printf("wrote %s: %d linear modules quantized, %.4f bits per weight, %zu bytes (%.1f s)\n",
-                args.out_dir.c_str(), s.quantized_modules, s.average_bits, s.bytes_written,
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    std::printf(
+        "wrote %s: %d modules quantized, %.4f bits per weight over the linear modules, %zu bytes "
+        "(%.1f s)\n",
+        args.out_dir.c_str(), s.quantized_modules, s.average_bits, s.bytes_written,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   std::fflush(stdout);
 }

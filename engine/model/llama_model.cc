@@ -208,8 +208,9 @@ void LlamaModel::ComputeLogits(const StepInputs& in, const std::vector<int32_t>&
   const ModelConfig& c = config_;
   const int32_t n = in.num_tokens;
   const auto num_logits = static_cast<int32_t>(logit_indices.size());
-  backend_->Embedding({in.ids, weights_.embed_tokens.data.data(), hidden_.as<float>(), n,
-                       c.vocab_size, c.hidden_size, weights_.embed_tokens.dtype});
+  const kernels::WeightView table = weights_.embed_tokens.View();
+  backend_->Embedding({in.ids, table.data, hidden_.as<float>(), n, c.vocab_size, c.hidden_size,
+                       table.dtype, table.scales, table.zeros, table.group_size});
   for (int32_t layer = 0; layer < c.num_hidden_layers; ++layer) {
     const LlamaLayerWeights& w = weights_.layers[layer];
     backend_->RmsNorm({hidden_.as<float>(), w.input_layernorm.as<float>(), normed_.as<float>(), n,

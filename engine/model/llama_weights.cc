@@ -102,7 +102,7 @@ class Loader {
     const int64_t rows = s.rows < 0 ? out : s.rows;
     const int64_t cols = s.cols < 0 ? in : s.cols;
     CheckSliceGroups(name, s, cols, f);
-    LinearWeight w = Quantized(rows, cols, f);
+    LinearWeight w = Quantized(std::max(rows, s.out_rows), cols, f);  // padding: zero scales
     const int64_t code_bytes = quant::CodeBytesPerRow(f, static_cast<int32_t>(cols));
     const int64_t groups = cols / f.group_size;
     auto store = [&](int64_t r0, int64_t n, const uint8_t* codes, const uint16_t* scales,
@@ -155,7 +155,7 @@ class Loader {
                   (zeros ? "has" : "lacks") + " tensor " + module + quant::kZerosSuffix);
     }
     if (zeros) Require(module + quant::kZerosSuffix, {out, groups}, TensorDtype::kF16);
-    LinearWeight w = Quantized(rows, cols, f);
+    LinearWeight w = Quantized(std::max(rows, s.out_rows), cols, f);  // padding: zero scales
     // Row r of the slice: bytes [col0 * bits / 8, cols * bits / 8) of the
     // codes and groups [col0 / g, cols / g) of scales and zeros.
     const int64_t slice_code_bytes = quant::CodeBytesPerRow(f, static_cast<int32_t>(cols));
@@ -305,6 +305,10 @@ size_t LlamaLayerWeights::VectorBytes() const {
 kernels::WeightView LlamaWeights::LmHeadView(int32_t rows) const {
   if (!lm_head.empty()) return lm_head.View();
   kernels::WeightView v = embed_tokens.View();
+  if (lm_head_offset == 0) {  // the whole table (an int8/int4 one is only shared so)
+    v.out_features = rows;
+    return v;
+  }
   const size_t esize = embed_tokens.dtype == kernels::WeightDtype::kF32 ? 4 : 2;
   v.data =
       embed_tokens.data.as<const uint8_t>() + lm_head_offset * embed_tokens.in_features * esize;
@@ -394,8 +398,27 @@ LlamaWeights LoadLlamaWeights(const std::string& model_dir, const ModelConfig& c
     return inter_rows;
   };
 
+  // A vocabulary table's rows s ([vocab, hidden]; the TP lm_head shard):
+  // int8/int4 when the plan has it (rows are independent and groups run
+  // along hidden, so any row slice holds whole groups), else dense.
+  auto table = [&](const std::string& module, const Slice& s) {
+    const auto it = formats.find(module);
+    const std::string tensor = module + ".weight";
+    if (it == formats.end() || !it->second.quantized()) return dense(tensor, vocab, hidden, s);
+    if (!stored.empty()) return loader.Stored(module, vocab, hidden, s, it->second);
+    return loader.Quantize(tensor, vocab, hidden, s, it->second);
+  };
+  const auto embed_format = formats.find(quant::kEmbedTokensModule);
+  const bool embed_quantized = embed_format != formats.end() && embed_format->second.quantized();
+  if (embed_quantized && !backend->Capabilities().int_embedding) {
+    throw Error(model_dir + ": " + quant::kEmbedTokensModule + " is " +
+                embed_format->second.ToString() + " but the " + std::string(backend->Name()) +
+                " backend's Embedding reads fp32/fp16/bf16 tables only; keep embed_tokens "
+                "16-bit (drop its override; lm_head may stay quantized)");
+  }
+
   LlamaWeights w;
-  w.embed_tokens = dense("model.embed_tokens.weight", vocab, hidden, {});
+  w.embed_tokens = table(quant::kEmbedTokensModule, {});
   w.layers.resize(static_cast<size_t>(config.num_hidden_layers));
   for (int32_t i = 0; i < config.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
@@ -441,10 +464,14 @@ LlamaWeights LoadLlamaWeights(const std::string& model_dir, const ModelConfig& c
   w.norm = loader.Vector("model.norm.weight", hidden);
   // lm_head by vocabulary: [vocab_shard, hidden], zero rows past the vocabulary.
   const Slice vocab_rows{plan.first_vocab, plan.vocab_rows, 0, -1, plan.vocab_shard};
+  // A tied int8/int4 table is shared whole (one copy of the codes, in the
+  // layout lm_head's matmul reads; Embedding gathers rows from it too). Under
+  // TP each rank's shard is its own copy of its rows (the same codes: rows
+  // quantize independently), as a dense shard that does not split evenly.
   if (!config.tie_word_embeddings) {
-    w.lm_head = dense("lm_head.weight", vocab, hidden, vocab_rows);
-  } else if (plan.vocab_rows < plan.vocab_shard) {
-    w.lm_head = dense("model.embed_tokens.weight", vocab, hidden, vocab_rows);
+    w.lm_head = table(quant::kLmHeadModule, vocab_rows);
+  } else if (plan.vocab_rows < plan.vocab_shard || (embed_quantized && plan.world_size > 1)) {
+    w.lm_head = table(quant::kEmbedTokensModule, vocab_rows);
   } else {
     w.lm_head_offset = static_cast<size_t>(plan.first_vocab);
   }
@@ -454,7 +481,10 @@ LlamaWeights LoadLlamaWeights(const std::string& model_dir, const ModelConfig& c
       PrepareForBackend(*m, backend);
     }
   }
-  PrepareForBackend(w.lm_head, backend);  // embed_tokens stays rows: Embedding reads it
+  PrepareForBackend(w.lm_head, backend);
+  // embed_tokens stays rows (Embedding reads it), unless it is a quantized
+  // table that lm_head shares: then the matmul's layout, which Embedding reads too.
+  if (embed_quantized && w.lm_head.empty()) PrepareForBackend(w.embed_tokens, backend);
   for (const auto& [precision, bytes] : w.BytesByPrecision()) w.total_bytes += bytes;
   return w;
 }

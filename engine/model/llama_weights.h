@@ -69,7 +69,10 @@ struct LlamaLayerWeights {
 };
 
 /// All weights. lm_head aliases embed_tokens when tie_word_embeddings.
-/// embed_tokens and lm_head are dense (fp32, or 16-bit in a quantized model).
+/// embed_tokens and lm_head are dense (fp32, or 16-bit in a quantized model)
+/// unless the quantization config names them (docs/quantization.md): then
+/// int8/int4 like a linear module; a tied quantized table (one rank) is
+/// stored once, in the backend's matmul layout, and read by both uses.
 struct LlamaWeights {
   LinearWeight embed_tokens;  // [vocab, hidden]
   std::vector<LlamaLayerWeights> layers;
@@ -79,7 +82,7 @@ struct LlamaWeights {
   size_t lm_head_offset = 0;    // tied under TP: rows into embed_tokens of the shard
 
   /// The lm_head matrix of `rows` output rows: lm_head, or embed_tokens from
-  /// row lm_head_offset when tied.
+  /// row lm_head_offset when tied (a nonzero offset only for a dense table).
   kernels::WeightView LmHeadView(int32_t rows) const;
   /// Backend bytes by WeightPrecisionName (norms count as fp32); integer
   /// formats include their scales and zeros.
@@ -105,7 +108,8 @@ struct WeightLoadOptions {
   DenseDtype dense_dtype = DenseDtype::kDefault;
   /// Quantize the linear modules at load time by this config (null = no);
   /// embed_tokens/lm_head are then stored 16-bit (the checkpoint's F16/BF16,
-  /// else fp16). Refused for a checkpoint that is already quantized.
+  /// else fp16) unless the config names them. Refused for a checkpoint that
+  /// is already quantized.
   const quant::QuantConfig* quant = nullptr;
 };
 
@@ -117,8 +121,10 @@ struct WeightLoadOptions {
 /// as stored. With a TpPlan of world_size > 1 only the rank's slices are read
 /// (embeddings and norms whole; a row-parallel slice must hold whole groups);
 /// a tied lm_head shard is a view into embed_tokens when the vocabulary splits
-/// evenly, else a zero-padded copy. Throws tq::Error naming the file and
-/// tensor on a missing tensor, wrong shape or a bad quantization config.
+/// evenly and the table is dense, else a zero-padded copy (a quantized one:
+/// the same codes). A quantized embed_tokens needs a backend whose
+/// Capabilities().int_embedding is set (the CPU's; not CUDA's). Throws tq::Error naming the file
+/// and tensor on a missing tensor, wrong shape or a bad quantization config.
 LlamaWeights LoadLlamaWeights(const std::string& model_dir, const ModelConfig& config,
                               kernels::Backend* backend, const TpPlan& plan = {},
                               const WeightLoadOptions& options = {});

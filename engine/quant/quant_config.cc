@@ -121,6 +121,18 @@ void CheckLayerRanges(const QuantConfig& config, int32_t num_layers) {
   }
 }
 
+// A vocabulary table matches only its exact name (short or full; the tied
+// embeddings also "lm_head"), so that globs written for the linear modules
+// keep their meaning; an override limited to layers never selects it.
+bool MatchesTable(const QuantOverride& o, const LinearModule& table, bool tied) {
+  if (!o.layers.empty()) return false;
+  for (const std::string& p : o.modules) {
+    if (p == table.name || p == table.short_name) return true;
+    if (tied && table.name == kEmbedTokensModule && p == kLmHeadModule) return true;
+  }
+  return false;
+}
+
 std::string FullName(int32_t layer, const std::string& short_name) {
   return "model.layers." + std::to_string(layer) + "." + short_name;
 }
@@ -229,6 +241,15 @@ std::vector<LinearModule> LlamaLinearModules(const ModelConfig& c) {
   return out;
 }
 
+std::vector<LinearModule> LlamaTableModules(const ModelConfig& c) {
+  std::vector<LinearModule> out;
+  out.push_back({kEmbedTokensModule, "embed_tokens", -1, c.vocab_size, c.hidden_size});
+  if (!c.tie_word_embeddings) {
+    out.push_back({kLmHeadModule, kLmHeadModule, -1, c.vocab_size, c.hidden_size});
+  }
+  return out;
+}
+
 std::map<std::string, QuantFormat> PlanFormats(const QuantConfig& config,
                                                const ModelConfig& model) {
   std::map<std::string, QuantFormat> plan;
@@ -243,6 +264,22 @@ std::map<std::string, QuantFormat> PlanFormats(const QuantConfig& config,
         config.Resolve(m.short_name, m.layer, model.num_hidden_layers, m.in_features);
     CheckFormat(f, m.in_features, config.source + ": " + m.name);
     plan[m.name] = f;
+  }
+  for (const LinearModule& t : LlamaTableModules(model)) {
+    QuantFormat f = config.defaults;
+    f.bits = 16;
+    for (size_t i = 0; i < config.overrides.size(); ++i) {
+      const QuantOverride& o = config.overrides[i];
+      if (!MatchesTable(o, t, model.tie_word_embeddings)) continue;
+      used[i] = true;
+      if (o.bits) f.bits = *o.bits;
+      if (o.group_size) f.group_size = *o.group_size;
+      if (o.symmetric) f.symmetric = *o.symmetric;
+    }
+    if (!f.quantized()) continue;
+    if (f.group_size == -1) f.group_size = static_cast<int32_t>(t.in_features);
+    CheckFormat(f, t.in_features, config.source + ": " + t.name);
+    plan[t.name] = f;
   }
   for (size_t i = 0; i < used.size(); ++i) {
     if (used[i]) continue;

@@ -19,6 +19,9 @@ namespace tq::quant {
 /// (fnmatch(3) glob, `*` crossing dots, tried against both the full name
 /// "model.layers.3.mlp.down_proj" and the in-layer name "mlp.down_proj") and
 /// whose layer lies in `layers` (empty = all) takes the fields that are set.
+/// The token embeddings and lm_head (LlamaTableModules) match only a pattern
+/// that is exactly their name ("embed_tokens" / "model.embed_tokens",
+/// "lm_head"), never a glob, and only in an override without `layers`.
 struct QuantOverride {
   std::vector<std::string> modules;
   std::vector<std::pair<int32_t, int32_t>> layers;  // inclusive; negative = from the end
@@ -45,7 +48,7 @@ struct QuantConfig {
                       int64_t in_features) const;
 };
 
-/// A linear module of a Llama decoder layer.
+/// A linear module of a Llama decoder layer, or a vocabulary table (layer -1).
 struct LinearModule {
   std::string name;        // "model.layers.3.mlp.down_proj" (tensor = name + ".weight")
   std::string short_name;  // "mlp.down_proj"
@@ -55,13 +58,26 @@ struct LinearModule {
 };
 
 /// The 7 linear modules of every layer (q, k, v, o, gate, up, down), in
-/// checkpoint order. embed_tokens, lm_head and the norms are not included:
-/// they stay 16-bit (docs/quantization.md).
+/// checkpoint order. embed_tokens, lm_head and the norms are not included
+/// (LlamaTableModules; norms stay fp32).
 std::vector<LinearModule> LlamaLinearModules(const ModelConfig& config);
 
+/// Plan key and module name of the token embeddings ([vocab, hidden]).
+inline constexpr const char* kEmbedTokensModule = "model.embed_tokens";
+/// Plan key and module name of an untied lm_head ([vocab, hidden]).
+inline constexpr const char* kLmHeadModule = "lm_head";
+
+/// The vocabulary tables (layer -1): model.embed_tokens, and lm_head unless
+/// tie_word_embeddings (then the one table serves both uses, and an override
+/// naming "lm_head" sets its format too).
+std::vector<LinearModule> LlamaTableModules(const ModelConfig& config);
+
 /// Resolves every linear module's format and checks it against the module's
-/// shape (CheckFormat). Throws tq::Error "<source>: <module>: ..." for a bad
-/// format and "<source>: override N (<patterns>) matches no module" for an
+/// shape (CheckFormat). The tables (LlamaTableModules) start 16-bit (the
+/// top-level bits apply to linear modules only; group_size and symmetric are
+/// the defaults) and take the fields of each override that names them; the
+/// plan holds an entry for a table only when it ends up int8/int4. Throws tq::Error "<source>:
+/// <module>: ..." for a bad format and "<source>: override N (<patterns>) matches no module" for an
 /// override that selects nothing (a typo would otherwise pass silently).
 std::map<std::string, QuantFormat> PlanFormats(const QuantConfig& config, const ModelConfig& model);
 

@@ -126,40 +126,28 @@ QuantizeSummary WriteQuantizedCheckpoint(const std::string& model_dir, const Mod
   };
 
   QuantizeSummary summary;
-  dense("model.embed_tokens.weight", {vocab, hidden}, true);
-  const std::vector<LinearModule> modules = LlamaLinearModules(config);
   json module_json = json::object();
-  for (int32_t layer = 0; layer < config.num_hidden_layers; ++layer) {
-    const std::string p = "model.layers." + std::to_string(layer) + ".";
-    dense(p + "input_layernorm.weight", {hidden}, false);
-    dense(p + "post_attention_layernorm.weight", {hidden}, false);
-    for (const LayerVectorTensor& v : LayerVectorTensors(config)) {
-      dense(p + v.short_name, {v.size}, false);  // biases, q/k norms: as stored
-    }
-  }
-  for (const LinearModule& m : modules) {
-    const auto it = formats.find(m.name);
-    if (it == formats.end()) throw Error("quantize: no format for module " + m.name);
-    const QuantFormat f = it->second;
-    CheckFormat(f, m.in_features, m.name);
-    module_json[m.name] =
+  // A module [out, in] stored as `f`: 16-bit <name>.weight, or <name>.qweight
+  // (which quantizes, keeping scales/zeros, small) then .scales / .qzeros.
+  auto module = [&](const std::string& name, int64_t out, int64_t in, const QuantFormat& f) {
+    CheckFormat(f, in, name);
+    module_json[name] =
         f.quantized()
             ? json{{"bits", f.bits}, {"group_size", f.group_size}, {"symmetric", f.symmetric}}
             : json{{"bits", 16}};
     if (!f.quantized()) {
-      dense(m.name + ".weight", {m.out_features, m.in_features}, true);
-      continue;
+      dense(name + ".weight", {out, in}, true);
+      return;
     }
     ++summary.quantized_modules;
-    const TensorInfo& t = ckpt.Require(m.name + ".weight", {m.out_features, m.in_features});
+    const TensorInfo& t = ckpt.Require(name + ".weight", {out, in});
     caches.push_back(std::make_unique<ModuleCache>());
     ModuleCache* cache = caches.back().get();
-    const int64_t code_bytes = CodeBytesPerRow(f, static_cast<int32_t>(m.in_features));
-    const int64_t groups = m.in_features / f.group_size;
-    // .qweight quantizes (keeping scales/zeros, small), .scales/.qzeros follow it.
-    tensors.push_back({m.name + kCodesSuffix,
+    const int64_t code_bytes = CodeBytesPerRow(f, static_cast<int32_t>(in));
+    const int64_t groups = in / f.group_size;
+    tensors.push_back({name + kCodesSuffix,
                        TensorDtype::kU8,
-                       {m.out_features, code_bytes},
+                       {out, code_bytes},
                        [&t, f, cache, code_bytes, groups](uint8_t* dst, size_t) {
                          QuantizeTensor(
                              t, f,
@@ -174,25 +162,47 @@ QuantizeSummary WriteQuantizedCheckpoint(const std::string& model_dir, const Mod
                                }
                              });
                        }});
-    tensors.push_back({m.name + kScalesSuffix,
-                       TensorDtype::kF16,
-                       {m.out_features, groups},
-                       [cache](uint8_t* dst, size_t n) {
-                         std::memcpy(dst, cache->scales.data(), n);
-                         std::vector<uint16_t>().swap(cache->scales);
-                       }});
+    tensors.push_back(
+        {name + kScalesSuffix, TensorDtype::kF16, {out, groups}, [cache](uint8_t* dst, size_t n) {
+           std::memcpy(dst, cache->scales.data(), n);
+           std::vector<uint16_t>().swap(cache->scales);
+         }});
     if (!f.symmetric) {
-      tensors.push_back({m.name + kZerosSuffix,
-                         TensorDtype::kF16,
-                         {m.out_features, groups},
-                         [cache](uint8_t* dst, size_t n) {
-                           std::memcpy(dst, cache->zeros.data(), n);
-                           std::vector<uint16_t>().swap(cache->zeros);
-                         }});
+      tensors.push_back(
+          {name + kZerosSuffix, TensorDtype::kF16, {out, groups}, [cache](uint8_t* dst, size_t n) {
+             std::memcpy(dst, cache->zeros.data(), n);
+             std::vector<uint16_t>().swap(cache->zeros);
+           }});
+    }
+  };
+  // The vocabulary tables: quantized when `formats` has them, else 16-bit
+  // without a quantization_config entry (as before they were configurable).
+  auto table = [&](const std::string& name) {
+    const auto it = formats.find(name);
+    if (it != formats.end() && it->second.quantized()) {
+      module(name, vocab, hidden, it->second);
+    } else {
+      dense(name + ".weight", {vocab, hidden}, true);
+    }
+  };
+
+  table(kEmbedTokensModule);
+  const std::vector<LinearModule> modules = LlamaLinearModules(config);
+  for (int32_t layer = 0; layer < config.num_hidden_layers; ++layer) {
+    const std::string p = "model.layers." + std::to_string(layer) + ".";
+    dense(p + "input_layernorm.weight", {hidden}, false);
+    dense(p + "post_attention_layernorm.weight", {hidden}, false);
+    for (const LayerVectorTensor& v : LayerVectorTensors(config)) {
+      dense(p + v.short_name, {v.size}, false);  // biases, q/k norms: as stored
     }
   }
+  for (const LinearModule& m : modules) {
+    const auto it = formats.find(m.name);
+    if (it == formats.end()) throw Error("quantize: no format for module " + m.name);
+    module(m.name, m.out_features, m.in_features, it->second);
+  }
   dense("model.norm.weight", {hidden}, false);
-  if (!config.tie_word_embeddings) dense("lm_head.weight", {vocab, hidden}, true);
+  if (!config.tie_word_embeddings) table(kLmHeadModule);
 
   fs::create_directories(out_dir, ec);
   if (ec) throw Error(out_dir + ": cannot create directory: " + ec.message());

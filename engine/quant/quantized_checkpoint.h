@@ -30,18 +30,17 @@ std::map<std::string, QuantFormat> ReadCheckpointQuantization(const std::string&
 
 /// What `tqserve quantize` did, for its report.
 struct QuantizeSummary {
-  size_t bytes_written = 0;   // safetensors file size
-  double average_bits = 0.0;  // over the linear modules
-  int32_t quantized_modules = 0;
+  size_t bytes_written = 0;       // safetensors file size
+  double average_bits = 0.0;      // over the linear modules
+  int32_t quantized_modules = 0;  // embed_tokens / lm_head included when quantized
 };
 
 /// Writes <out_dir>/model.safetensors (quantized per `formats`, which must
-/// cover LlamaLinearModules(config); embed_tokens and lm_head as 16-bit,
-/// norms as stored), config.json with "quantization_config", and copies the
-/// tokenizer and generation files. Reads one tensor at a time from the
-/// mmapped source. Throws tq::Error naming the file on a missing tensor,
-/// a source that is already quantized, or an I/O failure; out_dir is
-/// created and must not be model_dir.
+/// cover LlamaLinearModules(config); embed_tokens and lm_head quantized when
+/// `formats` has them (PlanFormats), else 16-bit; norms as stored), config.json with
+/// "quantization_config", and copies the tokenizer and generation files. Reads one tensor at a time
+/// from the mmapped source. Throws tq::Error naming the file on a missing tensor, a source that is
+/// already quantized, or an I/O failure; out_dir is created and must not be model_dir.
 QuantizeSummary WriteQuantizedCheckpoint(const std::string& model_dir, const ModelConfig& config,
                                          const std::map<std::string, QuantFormat>& formats,
                                          const std::string& out_dir);

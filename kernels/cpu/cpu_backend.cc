@@ -28,6 +28,11 @@ class CpuBackend final : public Backend {
       : pool_(num_threads), choice_(choice) {}
 
   std::string_view Name() const override { return "cpu"; }
+  BackendCapabilities Capabilities() const override {
+    BackendCapabilities caps;
+    caps.int_embedding = true;  // cpu::Embedding gathers int8/int4 rows and tiles
+    return caps;
+  }
 
   void* Allocate(size_t bytes) override {
     const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;

@@ -1,18 +1,23 @@
 // Embedding lookup for fp32, f16 and bf16 tables (16-bit tables are what
-// mixed-precision checkpoints keep for embeddings, issue 7).
+// mixed-precision checkpoints keep for embeddings, issue 7) and int8/int4
+// ones (gather-dequantize rows, issue 22), row-major or in the int tiles that
+// a tied table shares with lm_head.
 #include <stdexcept>
 #include <string>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/weight_decode.h"
+#include "kernels/op_checks.h"
 
 namespace tq::kernels::cpu {
 
 void Embedding(const EmbeddingParams& p, ThreadPool& pool) {
-  if (p.table_dtype != WeightDtype::kF32 && p.table_dtype != WeightDtype::kF16 &&
-      p.table_dtype != WeightDtype::kBF16) {
-    throw std::invalid_argument("cpu Embedding: table dtype " + WeightDtypeName(p.table_dtype) +
-                                " is not supported (fp32, fp16 or bf16)");
+  const WeightDtype d = p.table_dtype;
+  const bool integer = d == WeightDtype::kInt8 || d == WeightDtype::kInt4 ||
+                       d == WeightDtype::kInt8Tiles || d == WeightDtype::kInt4Tiles;
+  if (d != WeightDtype::kF32 && d != WeightDtype::kF16 && d != WeightDtype::kBF16 && !integer) {
+    throw std::invalid_argument("cpu Embedding: table dtype " + WeightDtypeName(d) +
+                                " is not supported (fp32, fp16, bf16, int8 or int4)");
   }
   for (int32_t t = 0; t < p.num_tokens; ++t) {
     if (p.ids[t] < 0 || p.ids[t] >= p.vocab) {
@@ -27,6 +32,12 @@ void Embedding(const EmbeddingParams& p, ThreadPool& pool) {
   table.dtype = p.table_dtype;
   table.out_features = p.vocab;
   table.in_features = p.hidden;
+  if (integer) {
+    table.scales = p.scales;
+    table.zeros = p.zeros;
+    table.group_size = p.group_size;
+    CheckWeightView("cpu", "Embedding", table);  // scales, groups, whole tiles
+  }
   pool.ParallelFor(p.num_tokens, 16, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       DecodeWeightRow(table, p.ids[t], p.out + t * static_cast<int64_t>(p.hidden));

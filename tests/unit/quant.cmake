@@ -2,7 +2,8 @@
 tq_unit_test(tq_test_quant_kernels test_quant_kernels.cc)
 # Engine side: group-wise RTN formats, configs, quantization-aware loading,
 # offline checkpoints, sensitivity search and perplexity bounds.
-tq_unit_test(tq_test_quant test_quant_format.cc test_quant_config.cc test_quant_weights.cc)
+tq_unit_test(tq_test_quant test_quant_format.cc test_quant_config.cc test_quant_weights.cc
+             test_quant_tables.cc)
 target_compile_definitions(tq_test_quant PRIVATE TQ_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 target_link_libraries(tq_test_quant PRIVATE nlohmann_json::nlohmann_json)
 # Whole-text perplexity runs: ~20 s each in Release, ~215 s under ASan (Debug),

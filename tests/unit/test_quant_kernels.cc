@@ -414,7 +414,7 @@ TEST(QuantEmbedding, SixteenBitTablesWidenExactly) {
   }
 }
 
-TEST(QuantEmbedding, RejectsOutOfRangeIdsAndIntegerTables) {
+TEST(QuantEmbedding, RejectsOutOfRangeIdsAndIntegerTablesWithoutScales) {
   auto be = CreateCpuBackend(1);
   std::vector<uint16_t> table(4 * 8, 0x3c00);  // 1.0 in fp16
   std::vector<float> out(16);
@@ -433,6 +433,9 @@ TEST(QuantEmbedding, RejectsOutOfRangeIdsAndIntegerTables) {
   const std::vector<int32_t> good = {1, 2};
   EXPECT_THROW(be->Embedding({good.data(), table.data(), out.data(), 2, 4, 8, WeightDtype::kInt8}),
                std::invalid_argument);
+  EXPECT_THROW(
+      be->Embedding({good.data(), table.data(), out.data(), 2, 4, 8, WeightDtype::kF32Panels}),
+      std::invalid_argument);
 }
 
 // ---------------------------------------------------------------------------
@@ -616,6 +619,46 @@ TEST(IntMatMul, TilesDecodeToTheSameWeightsAndOnlyWholeTilesAreTiled) {
     auto off = CreateCpuBackend(1, CpuMatMulChoice{false, cpu::IntIsa::kScalar});
     BackendBuffer storage;
     EXPECT_EQ(off->PrepareWeight(w.View(), &storage).dtype, f.dtype);
+  }
+}
+
+// Embedding from int8/int4 tables (gather-dequantize rows, issue 22): every
+// output equals the float64 dequantized row exactly (an fp16 scale times a
+// code difference of at most 255 fits fp32), read row-major and from the int
+// tiles that a tied table shares with lm_head, at 1 and 2 threads.
+TEST(QuantEmbedding, IntegerTablesGatherTheFloat64DequantizedRows) {
+  const int vocab = 48, hidden = 96;
+  const std::vector<int32_t> ids = {3, 0, 47, 3, 17, 25, 8, 8, 1, 46, 30, 2, 44, 5, 6, 7, 9, 10};
+  const int n = static_cast<int>(ids.size());
+  uint32_t seed = 900;
+  for (const FormatCase& f : kIntFormats) {
+    for (int group : {32, 96}) {
+      const TestWeight w = MakeWeight(f.dtype, vocab, hidden, group, f.symmetric, ++seed);
+      for (int threads : {1, 2}) {
+        auto be = CreateCpuBackend(threads, CpuMatMulChoice{true, cpu::IntIsa::kScalar});
+        BackendBuffer storage;
+        for (bool tiled : {false, true}) {
+          const WeightView v = tiled ? be->PrepareWeight(w.View(), &storage) : w.View();
+          if (tiled) {
+            ASSERT_NE(v.dtype, w.dtype) << Describe(w);
+          }
+          std::vector<float> out(static_cast<size_t>(n) * hidden + kGuard, kNaN);
+          std::fill(out.end() - kGuard, out.end(), kGuardValue);
+          be->Embedding({ids.data(), v.data, out.data(), n, vocab, hidden, v.dtype, v.scales,
+                         v.zeros, v.group_size});
+          for (int t = 0; t < n; ++t) {
+            for (int h = 0; h < hidden; ++h) {
+              ASSERT_EQ(static_cast<double>(out[static_cast<size_t>(t) * hidden + h]),
+                        w.reference[static_cast<size_t>(ids[t]) * hidden + h])
+                  << Describe(w) << (tiled ? " tiled" : " rows") << " token " << t << " dim " << h;
+            }
+          }
+          for (size_t g = 0; g < kGuard; ++g) {
+            ASSERT_EQ(out[static_cast<size_t>(n) * hidden + g], kGuardValue);
+          }
+        }
+      }
+    }
   }
 }
 
