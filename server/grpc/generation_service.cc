@@ -164,11 +164,9 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationServiceImpl::Generate(
     // Until the engine has ended the request, destroying the session (the
     // stream does on cancel, deadline, failed write) aborts it: its KV
     // blocks are freed in the engine's next step.
-    auto session = std::make_unique<RequestSession>(
-        SessionEngine{
-            [&engine](EngineRequest r) { return engine.Submit(std::move(r)); },
-            [&engine](const std::string& rid, FinishReason reason) { engine.Abort(rid, reason); }},
-        engine.tokenizer(), std::vector<EngineRequest>{params.request}, params.stop);
+    auto session =
+        std::make_unique<RequestSession>(SessionEngine::Of(engine), engine.tokenizer(),
+                                         std::vector<EngineRequest>{params.request}, params.stop);
     try {
       session->Submit();
     } catch (const EngineUnavailable& e) {

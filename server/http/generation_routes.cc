@@ -28,11 +28,6 @@ struct Endpoint {
   std::function<json(const std::vector<ChoiceResult>&, const Usage&)> body;
 };
 
-EngineCalls CallsFor(EngineClient& engine) {
-  return {[&engine](EngineRequest r) { return engine.Submit(std::move(r)); },
-          [&engine](const std::string& id, FinishReason reason) { engine.Abort(id, reason); }};
-}
-
 // The n choices of one prompt; choice i gets seed + i (generation_params.h).
 void AddChoices(const std::string& response_id, int32_t prompt_index,
                 const std::vector<int32_t>& prompt_ids, const GenerationParams& params,
@@ -161,7 +156,7 @@ void Run(ServerState& state, HttpResponse& res, EngineClient& engine,
                  first.request.sampling.max_tokens, params.sampling.temperature, params.stream,
                  params.user.empty() ? "" : ", user " + DumpJson(params.user));  // quoted, escaped
   }
-  auto runner = std::make_unique<RequestRunner>(CallsFor(engine), engine.tokenizer(),
+  auto runner = std::make_unique<RequestRunner>(SessionEngine::Of(engine), engine.tokenizer(),
                                                 std::move(choices), params.stop, want_logprobs);
   runner->Submit();
   res.deferred = std::make_unique<GenerationBody>(std::move(runner), std::move(endpoint),

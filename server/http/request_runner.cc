@@ -81,32 +81,30 @@ void RequestRunner::Echo(const ChoiceSpec& spec, const SessionDelta& d, ChoiceDe
   chars += CodePoints(spec.echo_text);
 }
 
+std::optional<ApiError> RequestRunner::error() const {
+  const auto& failure = session_.failure();
+  if (!failure) return std::nullopt;
+  return failure->kind == SessionFailure::Kind::kServerAborted ? Unavailable(failure->message)
+                                                               : InternalError(failure->message);
+}
+
 std::vector<ChoiceDelta> RequestRunner::Convert(std::vector<SessionDelta> deltas) {
-  std::vector<ChoiceDelta> out;
-  if (error_) return out;
-  if (const auto& failure = session_.failure()) {
-    error_ = failure->kind == SessionFailure::Kind::kServerAborted
-                 ? Unavailable(failure->message)
-                 : InternalError(failure->message);
-    return out;
-  }
+  std::vector<ChoiceDelta> out;  // none after a failure (the session sends none)
   for (SessionDelta& d : deltas) {
     const ChoiceSpec& spec = specs_[d.choice];
     int64_t& chars = emitted_[d.choice];
     ChoiceDelta delta;
     delta.index = spec.index;
     if (d.first && spec.echo) Echo(spec, d, delta, chars);
+    int64_t offset = chars;  // of each token's text in the choice's text
     for (const TokenStep& t : d.tokens) {
       if (want_logprobs_ && t.logprobs) {
         delta.logprobs.push_back(
-            LogprobEntry{t.id, t.logprobs->chosen.logprob, t.logprobs->top, chars});
+            LogprobEntry{t.id, t.logprobs->chosen.logprob, t.logprobs->top, offset});
       }
-      chars += CodePoints(t.text);
+      offset += CodePoints(t.text);
     }
-    // The tail (held-back text released at the end) follows the tokens' text.
-    size_t token_bytes = 0;
-    for (const TokenStep& t : d.tokens) token_bytes += t.text.size();
-    chars += CodePoints(d.text.substr(std::min(token_bytes, d.text.size())));
+    chars += CodePoints(d.text);  // the tokens' text, then any held-back tail
     delta.text += d.text;
     if (d.finish == ChoiceFinish::kLength) delta.finish_reason = "length";
     if (d.finish == ChoiceFinish::kStop) {

@@ -63,9 +63,9 @@ class RequestRunner {
   void SetNotify(std::function<void()> notify) { session_.SetNotify(std::move(notify)); }
 
   /// Every choice finished, or the request failed.
-  bool done() const { return session_.done() || error_.has_value(); }
+  bool done() const { return session_.done(); }
   /// Why the request failed (500 engine error, 503 aborted by the server).
-  const std::optional<ApiError>& error() const { return error_; }
+  std::optional<ApiError> error() const;
   /// Aborts every unfinished choice (client gone); done() afterwards.
   void AbortAll() { session_.AbortAll(); }
 
@@ -82,7 +82,6 @@ class RequestRunner {
   std::vector<ChoiceSpec> specs_;  // echo, indexes (requests moved into the session)
   std::vector<int64_t> emitted_;   // code points of each choice's text so far (echo included)
   RequestSession session_;
-  std::optional<ApiError> error_;
 };
 
 }  // namespace tq::http

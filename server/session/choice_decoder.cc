@@ -28,7 +28,6 @@ SessionDelta ChoiceDecoder::Add(EngineOutput&& output) {
     step.text = text_.Push(std::span<const int32_t>(&step.id, 1));
     delta.text += step.text;
     last_token_ = step.id;
-    ++generated_;
     delta.tokens.push_back(std::move(step));
   }
   delta.completion_tokens = completion_tokens();
@@ -46,8 +45,8 @@ SessionDelta ChoiceDecoder::Add(EngineOutput&& output) {
     return delta;
   }
   delta.finish = ChoiceFinish::kStop;  // EOS or one of stop_token_ids
-  if (generated_ > 0 && std::find(stop_token_ids_.begin(), stop_token_ids_.end(), last_token_) !=
-                            stop_token_ids_.end()) {
+  if (completion_tokens() > 0 && std::find(stop_token_ids_.begin(), stop_token_ids_.end(),
+                                           last_token_) != stop_token_ids_.end()) {
     delta.stop_token_id = last_token_;
   }
   return delta;

@@ -63,8 +63,8 @@ class ChoiceDecoder {
   bool finished() const { return finished_; }
   /// A stop string ended the choice (the engine request may still be live).
   bool stopped_by_string() const { return text_.stopped(); }
-  /// Tokens sent so far.
-  int32_t completion_tokens() const { return static_cast<int32_t>(generated_); }
+  /// Tokens sent so far (the stream's: up to the one that completed a stop string).
+  int32_t completion_tokens() const { return text_.num_tokens(); }
   /// Prompt tokens whose KV came from the prefix cache (EngineOutput::num_cached_tokens).
   int32_t cached_tokens() const { return cached_tokens_; }
 
@@ -73,7 +73,6 @@ class ChoiceDecoder {
   const std::vector<int32_t> stop_token_ids_;
   bool started_ = false;
   bool finished_ = false;
-  size_t generated_ = 0;
   int32_t last_token_ = -1;
   int32_t cached_tokens_ = 0;
 };

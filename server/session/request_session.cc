@@ -5,7 +5,14 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "engine/runtime/engine_client.h"
+
 namespace tq {
+
+SessionEngine SessionEngine::Of(EngineClient& engine) {
+  return {[&engine](EngineRequest r) { return engine.Submit(std::move(r)); },
+          [&engine](const std::string& id, FinishReason reason) { engine.Abort(id, reason); }};
+}
 
 struct RequestSession::Choice {
   Choice(EngineRequest r, const Tokenizer& tokenizer, const std::vector<std::string>& stop)

@@ -17,6 +17,8 @@
 
 namespace tq {
 
+class EngineClient;
+
 /// How a session reaches the engine: EngineClient::Submit / Abort in the
 /// daemon, a fake in tests. submit may throw EngineUnavailable or tq::Error;
 /// abort gets kStop for a stop string (counted as a stop, as vLLM does) and
@@ -24,6 +26,9 @@ namespace tq {
 struct SessionEngine {
   std::function<std::shared_ptr<RequestStream>(EngineRequest)> submit;
   std::function<void(const std::string&, FinishReason)> abort;
+
+  /// `engine`'s Submit and Abort (thread-safe; `engine` must outlive the session).
+  static SessionEngine Of(EngineClient& engine);
 };
 
 /// Why a session failed (the front end picks the status: HTTP 500/503, gRPC

@@ -3,11 +3,16 @@
 // Poll waits for whichever choice speaks first, a stop string aborts with
 // kStop and is reported as the stream matched it, server aborts and engine
 // errors become failures. Expected texts come from whole-sequence
-// Tokenizer::Decode.
+// Tokenizer::Decode, or from the Python sentencepiece library
+// (tests/reference/sp_ref.py); the engine finish -> choice finish / failure /
+// abort mapping is checked as a table.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "engine/runtime/engine_client.h"
@@ -131,6 +136,155 @@ TEST_F(SessionTest, ServerAbortAndEngineErrorAreFailures) {
   ASSERT_TRUE(failed.failure().has_value());
   EXPECT_EQ(failed.failure()->kind, SessionFailure::Kind::kEngineError);
   EXPECT_NE(failed.failure()->message.find("out of blocks"), std::string::npos);
+}
+
+// The Python sentencepiece library's encoding of `text` (sp_ref.py, run as a
+// CTest fixture before this test).
+nlohmann::json SpEncoding(const std::string& text) {
+  std::ifstream in(TQ_REF_DIR "/sp_reference.json");
+  if (!in) return nullptr;
+  const nlohmann::json reference = nlohmann::json::parse(in);
+  for (const auto& e : reference["encode"]) {
+    if (e["text"] == text) return e;
+  }
+  return nullptr;
+}
+
+TEST_F(SessionTest, StopStringTextAndTokensMatchPythonSentencepiece) {
+  const nlohmann::json e = SpEncoding("Once upon a time, there was a little girl named Lily.");
+  ASSERT_TRUE(e.is_object()) << "run `ctest -R reference.sentencepiece` first";
+  const Ids ids = e["ids"];
+  const std::string decoded = e["decoded"];
+  // The first Python piece at which the decoded text (pieces with "▁" as a
+  // space, the first one dropped after BOS) contains "girl": that token
+  // completes both stop strings.
+  size_t k = 0;
+  std::string pieces;
+  while (k < ids.size() && pieces.find("girl") == std::string::npos) {
+    std::string piece = e["pieces"][k++];
+    for (size_t at; (at = piece.find("\xe2\x96\x81")) != std::string::npos;)
+      piece.replace(at, 3, " ");
+    pieces += piece;
+  }
+  ASSERT_LT(k, ids.size());
+
+  EngineRequest r = Request("a");
+  r.prompt_ids = {tok_->bos_id()};
+  RequestSession session(engine_.Calls(), *tok_, {r}, {"zebra", "girl", "little girl"});
+  session.Submit();
+  std::string sent;
+  std::string stop;
+  Ids tokens;
+  for (size_t i = 0; i < ids.size() && !session.done(); i += 3) {
+    const size_t end = std::min(ids.size(), i + 3);
+    engine_.streams["a"]->Push(Out(Ids(ids.begin() + i, ids.begin() + end)));
+    for (const SessionDelta& d : session.Take()) {
+      sent += d.text;
+      for (const TokenStep& t : d.tokens) tokens.push_back(t.id);
+      if (d.finished()) {
+        EXPECT_EQ(d.finish, ChoiceFinish::kStop);
+        stop = d.stop_string;
+      }
+    }
+  }
+  // The stop string that starts first wins, and is not sent.
+  EXPECT_EQ(stop, "little girl");
+  EXPECT_EQ(sent, decoded.substr(0, decoded.find("little girl")));
+  EXPECT_EQ(sent, "Once upon a time, there was a ");
+  // Tokens after the one that completed it are dropped and not counted.
+  EXPECT_EQ(tokens, Ids(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k)));
+  EXPECT_EQ(session.completion_tokens(0), static_cast<int32_t>(k));
+  ASSERT_EQ(engine_.aborts.size(), 1u);
+  EXPECT_EQ(engine_.aborts[0], std::make_pair(std::string("a"), FinishReason::kStop));
+}
+
+// One row: what the engine sends choice "a" (choice "b" stays silent), and
+// what the session makes of it.
+struct FinishRow {
+  const char* name;
+  Ids tokens;
+  FinishReason engine_finish;
+  ChoiceFinish finish;                          // of choice "a"'s last delta (kNone: no delta)
+  std::optional<int32_t> stop_token_id;         // reported as vLLM's stop_reason
+  std::optional<SessionFailure::Kind> failure;  // the whole request failed
+  std::string message;                          // the failure's message
+  std::vector<std::pair<std::string, FinishReason>> aborts;  // engine aborts after Take
+};
+
+TEST_F(SessionTest, EngineFinishMapsToChoiceFinishFailureAndAborts) {
+  const int32_t eos = tok_->eos_id();
+  const std::vector<FinishRow> table = {
+      {"length", {407, 408}, FinishReason::kLength, ChoiceFinish::kLength, {}, {}, "", {}},
+      {"eos", {407, eos}, FinishReason::kStop, ChoiceFinish::kStop, {}, {}, "", {}},
+      {"stop token id", {407, 403}, FinishReason::kStop, ChoiceFinish::kStop, 403, {}, "", {}},
+      {"server abort",
+       {407},
+       FinishReason::kAbort,
+       ChoiceFinish::kNone,
+       {},
+       SessionFailure::Kind::kServerAborted,
+       "the request was aborted: the server is shutting down",
+       {{"b", FinishReason::kAbort}}},
+      {"engine error",
+       {},
+       FinishReason::kError,
+       ChoiceFinish::kNone,
+       {},
+       SessionFailure::Kind::kEngineError,
+       "the engine failed: out of blocks",
+       {{"b", FinishReason::kAbort}}},
+  };
+  for (const FinishRow& row : table) {
+    SCOPED_TRACE(row.name);
+    FakeEngine engine;
+    EngineRequest a = Request("a");
+    a.sampling.stop_token_ids = {403};
+    RequestSession session(engine.Calls(), *tok_, {a, Request("b")}, {});
+    session.Submit();
+    EngineOutput out = Out(row.tokens, row.engine_finish);
+    if (row.engine_finish == FinishReason::kError) out.error = "out of blocks";
+    engine.streams["a"]->Push(std::move(out));
+    const std::vector<SessionDelta> deltas = session.Take();
+    if (row.finish == ChoiceFinish::kNone) {
+      EXPECT_TRUE(deltas.empty()) << "a failed request sends nothing more";
+    } else {
+      ASSERT_EQ(deltas.size(), 1u);
+      EXPECT_EQ(deltas[0].finish, row.finish);
+      EXPECT_EQ(deltas[0].stop_token_id, row.stop_token_id);
+      EXPECT_EQ(deltas[0].stop_string, "");
+      EXPECT_EQ(deltas[0].completion_tokens, static_cast<int32_t>(row.tokens.size()));
+    }
+    ASSERT_EQ(session.failure().has_value(), row.failure.has_value());
+    if (row.failure) {
+      EXPECT_EQ(session.failure()->kind, *row.failure);
+      EXPECT_EQ(session.failure()->message, row.message);
+      EXPECT_TRUE(session.done());
+    } else {
+      EXPECT_FALSE(session.done()) << "choice b is still running";
+    }
+    EXPECT_EQ(engine.aborts, row.aborts);
+  }
+}
+
+TEST_F(SessionTest, ClientAbortAndDestructionAbortOnlyUnfinishedChoices) {
+  {
+    RequestSession session(engine_.Calls(), *tok_, {Request("a"), Request("b")}, {});
+    session.Submit();
+    engine_.streams["a"]->Push(Out({407}, FinishReason::kLength));
+    ASSERT_EQ(session.Take().size(), 1u);
+    session.AbortAll();  // the client went away
+    EXPECT_TRUE(session.done());
+    EXPECT_FALSE(session.failure().has_value()) << "a client abort is not a failure";
+    engine_.streams["b"]->Push(Out({408}));
+    EXPECT_TRUE(session.Take().empty()) << "nothing after an abort";
+  }
+  {
+    RequestSession dropped(engine_.Calls(), *tok_, {Request("c")}, {});
+    dropped.Submit();
+  }
+  const std::vector<std::pair<std::string, FinishReason>> want = {{"b", FinishReason::kAbort},
+                                                                  {"c", FinishReason::kAbort}};
+  EXPECT_EQ(engine_.aborts, want);
 }
 
 }  // namespace
