@@ -119,7 +119,7 @@ void GenerateStream::PumpLocked() {
 }
 
 void GenerateStream::OnWriteDone(bool ok) {
-  TsanCalledByGrpc(this);
+  const TsanGrpcCallback tsan(this);
   std::lock_guard<std::mutex> lock(mu_);
   writing_ = false;
   outbox_.pop_front();
@@ -144,7 +144,7 @@ grpc::Status GenerateStream::CancelStatus() const {
 }
 
 void GenerateStream::OnCancel() {
-  TsanCalledByGrpc(this);
+  const TsanGrpcCallback tsan(this);
   std::lock_guard<std::mutex> lock(mu_);
   if (finished_) return;
   // Abort at once (frees the KV blocks even while a write is stuck).

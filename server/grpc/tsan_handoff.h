@@ -29,4 +29,18 @@ inline void TsanCalledByGrpc([[maybe_unused]] const void* reactor) {
 #endif
 }
 
+/// A gRPC callback that may be followed by OnDone on another thread
+/// (OnWriteDone, OnCancel): TsanCalledByGrpc on entry, TsanHandToGrpc on
+/// return, after the locks declared below it are released.
+class TsanGrpcCallback {
+ public:
+  explicit TsanGrpcCallback(const void* reactor) : reactor_(reactor) { TsanCalledByGrpc(reactor_); }
+  ~TsanGrpcCallback() { TsanHandToGrpc(reactor_); }
+  TsanGrpcCallback(const TsanGrpcCallback&) = delete;
+  TsanGrpcCallback& operator=(const TsanGrpcCallback&) = delete;
+
+ private:
+  const void* reactor_;
+};
+
 }  // namespace tq::grpc_api
