@@ -6,6 +6,7 @@
 #include <chrono>
 #include <exception>
 
+#include "server/grpc/tsan_handoff.h"
 #include "server/grpc/wire_request.h"
 
 namespace tq::grpc_api {
@@ -62,6 +63,7 @@ GenerateStream* GenerateStream::Start(grpc::CallbackServerContext* context, Stre
   stream->session_->SetNotify([waker, weak] {
     if (std::shared_ptr<GenerateStream> s = weak.lock()) waker->Wake(std::move(s));
   });
+  TsanHandToGrpc(stream.get());
   return stream.get();
 }
 
@@ -102,6 +104,7 @@ void GenerateStream::PumpLocked() {
   }
   if (!outbox_.empty()) {
     writing_ = true;
+    TsanHandToGrpc(this);
     StartWrite(&outbox_.front());
     return;
   }
@@ -116,6 +119,7 @@ void GenerateStream::PumpLocked() {
 }
 
 void GenerateStream::OnWriteDone(bool ok) {
+  const TsanGrpcCallback tsan(this);
   std::lock_guard<std::mutex> lock(mu_);
   writing_ = false;
   outbox_.pop_front();
@@ -140,6 +144,7 @@ grpc::Status GenerateStream::CancelStatus() const {
 }
 
 void GenerateStream::OnCancel() {
+  const TsanGrpcCallback tsan(this);
   std::lock_guard<std::mutex> lock(mu_);
   if (finished_) return;
   // Abort at once (frees the KV blocks even while a write is stuck).
@@ -157,10 +162,12 @@ void GenerateStream::FinishLocked(grpc::Status status) {
   // request unless it ended.
   session_.reset();
   if (on_finished_) on_finished_({status, responder_.completion_tokens(), finish_});
+  TsanHandToGrpc(this);
   Finish(status);
 }
 
 void GenerateStream::OnDone() {
+  TsanCalledByGrpc(this);
   if (on_done_) on_done_();
   // The last reference unless the waker holds one: may delete this.
   std::shared_ptr<GenerateStream> self = std::move(self_);

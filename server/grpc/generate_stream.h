@@ -20,6 +20,7 @@
 
 #include "server/grpc/generate_request.h"
 #include "server/grpc/generate_response.h"
+#include "server/grpc/tsan_handoff.h"
 #include "server/session/request_session.h"
 #include "tqserve/v1/generation.pb.h"
 
@@ -125,8 +126,14 @@ class GenerateStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 /// deletes itself.
 class RefusedStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  explicit RefusedStream(const grpc::Status& status) { Finish(status); }
-  void OnDone() override { delete this; }
+  explicit RefusedStream(const grpc::Status& status) {
+    TsanHandToGrpc(this);
+    Finish(status);
+  }
+  void OnDone() override {
+    TsanCalledByGrpc(this);
+    delete this;
+  }
 };
 
 }  // namespace tq::grpc_api

@@ -2,8 +2,9 @@
 // a step (tqserve_fault_inject, TQSERVE_FAULT_INJECT=engine_step:N). Every
 // request in flight then gets an error: an SSE error event and [DONE] for
 // streams, a 500 with OpenAI's error JSON otherwise, INTERNAL for gRPC;
-// /livez and /health answer 503, a new request 503; and the daemon exits
-// non-zero within 5 s (Kubernetes restarts it) instead of hanging.
+// /livez and /health answer 503, gRPC health NOT_SERVING, a new request 503;
+// and the daemon exits non-zero within 5 s (Kubernetes restarts it) instead
+// of hanging.
 //
 // The random 12.6M-parameter model's decode steps take milliseconds, so the
 // requests, all sent at once, are in the engine long before step N; each
@@ -15,7 +16,7 @@ import path from 'node:path';
 import { after, test } from 'node:test';
 
 import { FAULT_BIN, openSse, randomModel12M, sleep, startDaemon } from './harness.mjs';
-import { Status, connect, freePort, generate, grpcAddress, unary } from './grpc_client.mjs';
+import { Status, connect, freePort, generate, grpcAddress, healthStatus, unary } from './grpc_client.mjs';
 
 const FAULT_STEP = 60;
 const TOKENS = 200;  // > FAULT_STEP: no request can finish before the fault
@@ -116,7 +117,17 @@ test(`the engine throws at step ${FAULT_STEP}: every request fails, /livez 503, 
     assert.match(got[key].details, injected);
   }
 
-  // Liveness and readiness fail at once; new work is refused.
+  // Liveness and readiness fail at once; new work is refused. gRPC health
+  // (grpc.health.v1) turns NOT_SERVING, for the server and the service,
+  // within its monitor's 100 ms period, while the process is still up.
+  let grpcHealth;
+  for (const until = Date.now() + 500; ; await sleep(20)) {
+    grpcHealth = await healthStatus(clients.health, '');
+    if (grpcHealth === 'NOT_SERVING' || Date.now() > until) break;
+  }
+  assert.equal(grpcHealth, 'NOT_SERVING');
+  assert.equal(await healthStatus(clients.health, 'tqserve.v1.GenerationService'), 'NOT_SERVING');
+  assert.equal(daemon.exitStatus, undefined, 'exited before the health checks ended');
   const livez = await daemon.fetch('/livez');
   assert.equal(livez.status, 503);
   assert.deepEqual(await livez.json(), { status: 'dead' });

@@ -40,9 +40,10 @@ export const MODEL = () => env('TQSERVE_MODEL');
 export const PYTHON = () => env('TQ_PYTHON3', '/usr/bin/python3');
 export const SOURCE_DIR = () => env('TQ_SOURCE_DIR', path.resolve(here, '../..'));
 /**
- * True when the daemon under test is the AddressSanitizer + UBSan build
- * (`make test-asan`): several times slower, and its allocator keeps freed
- * memory in a quarantine, so load sizes and RSS bounds are set for Release.
+ * True when the daemon under test is a sanitizer build: AddressSanitizer +
+ * UBSan (`make test-asan`; its allocator keeps freed memory in a quarantine)
+ * or ThreadSanitizer (`make test-tsan`, 5-15x slower), so load sizes and RSS
+ * bounds are set for Release.
  */
 export const SANITIZED = () => process.env.TQ_SANITIZE === '1';
 export const WORK_DIR = () => {
@@ -52,8 +53,18 @@ export const WORK_DIR = () => {
 };
 
 const live = new Set();
+// Daemons whose stderr holds a ThreadSanitizer report (`make test-tsan`): the
+// test file fails even where the test accepts the daemon's exit (the fault
+// test's expected non-zero exit) or the report came after its last check.
+const raced = [];
+const TSAN_REPORT_RE = /WARNING: ThreadSanitizer: [^\n]*/;
 process.on('exit', () => {
   for (const d of live) d.proc.kill('SIGKILL');
+  for (const d of raced) {
+    const at = d.stderr.search(TSAN_REPORT_RE);
+    console.error(`ThreadSanitizer report from tqserve ${d.args.join(' ')}:\n${d.stderr.slice(at, at + 12_000)}`);
+    process.exitCode = 1;
+  }
 });
 
 const LISTEN_RE = /tqserve: listening on (https?:\/\/[^\s]+?):(\d+)\s/;
@@ -81,6 +92,10 @@ export class Daemon {
         this.exitStatus = { code, signal };
         resolve(this.exitStatus);
       });
+    });
+    // 'close': after the last of stderr was read.
+    proc.on('close', () => {
+      if (TSAN_REPORT_RE.test(this.stderr)) raced.push(this);
     });
   }
 
@@ -375,13 +390,14 @@ function parseSse(raw) {
 /**
  * Like sseRequest, but returns at once: { firstData: a promise resolved when
  * the first body bytes arrive, result: a promise of sseRequest's object plus
- * `endedAt` (Date.now() when the body ended) }.
+ * `endedAt` (Date.now() when the body ended) }. `fetchImpl`: the fetch to
+ * use (a Daemon's `fetchImpl` for HTTPS).
  */
-export function openSse(url, body) {
+export function openSse(url, body, fetchImpl = fetch) {
   let signalFirst;
   const firstData = new Promise((r) => (signalFirst = r));
   const result = (async () => {
-    const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    const res = await fetchImpl(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
     const decoder = new TextDecoder();
     let raw = '';
     for await (const part of res.body) {

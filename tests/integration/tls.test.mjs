@@ -1,8 +1,9 @@
 // TLS (`--ssl-certfile`, `--ssl-keyfile`, `--ssl-ca-certs`): a certificate
 // made at test time with the `openssl` CLI, the real `openai` client and
-// @grpc/grpc-js over TLS, plain HTTP and silent clients on the TLS port, and
-// start-up errors. Greedy text is checked against the published llama2.c
-// reference ids decoded by the Python sentencepiece library.
+// @grpc/grpc-js over TLS, plain HTTP and silent clients on the TLS port,
+// start-up errors, and a SIGTERM drain of HTTPS streams. Greedy text is
+// checked against the published llama2.c reference ids decoded by the Python
+// sentencepiece library.
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -13,7 +14,7 @@ import tls from 'node:tls';
 import { after, before, test } from 'node:test';
 
 import { connect, freePort, generate, grpc, grpcAddress, healthStatus, Status } from './grpc_client.mjs';
-import { BIN, MODEL, WORK_DIR, collectStream, referenceCompletion, sleep, startDaemon } from './harness.mjs';
+import { BIN, MODEL, SANITIZED, WORK_DIR, collectStream, openSse, randomModel12M, referenceCompletion, sleep, startDaemon } from './harness.mjs';
 import { httpsFetch } from './https_fetch.mjs';
 
 const dir = fs.mkdtempSync(path.join(WORK_DIR(), 'tls-'));
@@ -237,11 +238,13 @@ test('streams closed by the client over TLS are aborted and free their KV blocks
   const mark = daemon.stderr.length;
   const attempts = await Promise.all(Array.from({ length: 4 }, async () => {
     const controller = new AbortController();
-    setTimeout(() => controller.abort(), 40);
+    // Later under the sanitizers: TSan's TLS handshake alone can take 40 ms,
+    // and a request aborted before it was sent leaves nothing to log.
+    setTimeout(() => controller.abort(), SANITIZED() ? 300 : 40);
     const { stream: _s, ...whole } = req;
     return client.completions.create(whole, { signal: controller.signal }).then(() => 'finished', () => 'aborted');
   }));
-  assert.ok(attempts.includes('aborted'), 'every request finished within 40 ms');
+  assert.ok(attempts.includes('aborted'), 'every request finished before its abort');
   const deadline = Date.now() + 3000;
   // 499: the request's client left before its response (streams log 200).
   const seen = () => {
@@ -318,4 +321,52 @@ test('start-up errors: a missing key file, one flag alone, a key of another cert
   const notPem = serve('--ssl-certfile', file('client.csr'), '--ssl-keyfile', file('server.key'));
   assert.notEqual(notPem.status, 0);
   assert.match(notPem.stderr, /--ssl-certfile \S*client\.csr: no PEM certificate/);
+});
+
+// SIGTERM drain over TLS (http_drain.test.mjs does it over plain HTTP): the
+// HTTPS streams in flight at the signal all finish (every token, [DONE]), and
+// the daemon exits 0 within --shutdown-timeout + 2 s. A random 12.6M model, so
+// that the streams are still running when the signal comes.
+test('SIGTERM over TLS: the HTTPS streams in flight finish and the daemon exits 0 in time', async () => {
+  // Under the sanitizers (TSan: 5-15x slower) fewer, shorter streams, so that
+  // the drain stays within the same bound.
+  const STREAMS = SANITIZED() ? 4 : 12;
+  const TOKENS = SANITIZED() ? 24 : 96;
+  const SHUTDOWN_TIMEOUT_S = 15;
+  const modelDir = randomModel12M();
+  const name = path.basename(modelDir);
+  const drained = await startDaemon({
+    tls: { ca: serverCa },
+    model: modelDir,
+    args: [...serverFlags, '--kv-cache-dtype', 'fp32', '--max-model-len', '256', '--shutdown-timeout', String(SHUTDOWN_TIMEOUT_S),
+      '--disable-log-requests'],
+  });
+  try {
+    assert.match(drained.url, /^https:/);
+    const streams = Array.from({ length: STREAMS }, (_, i) =>
+      openSse(`${drained.baseURL}/completions`, {
+        model: name, prompt: `Story number ${i}:`, max_tokens: TOKENS, ignore_eos: true, temperature: 0, stream: true,
+        stream_options: { include_usage: true },
+      }, drained.fetchImpl));
+    await Promise.all(streams.map((s) => s.firstData));
+    drained.proc.kill('SIGTERM');
+    const signalledAt = Date.now();
+    const results = await Promise.all(streams.map((s) => s.result));
+    const status = await drained.exited;
+    const exitMs = Date.now() - signalledAt;
+    const running = results.filter((r) => r.endedAt > signalledAt).length;
+    console.log(`# ${running} of ${STREAMS} HTTPS streams still running at SIGTERM; exit after ${exitMs} ms`);
+    assert.ok(running > 0, 'every stream had ended before the signal: nothing was drained');
+    for (const [i, r] of results.entries()) {
+      assert.equal(r.status, 200);
+      assert.ok(r.done, `stream ${i} did not end with [DONE]:\n${r.raw.slice(-300)}`);
+      const finishes = r.json.flatMap((ch) => (ch.choices ?? []).map((c) => c.finish_reason)).filter(Boolean);
+      assert.deepEqual(finishes, ['length'], `stream ${i}`);
+      assert.equal(r.json.at(-1).usage?.completion_tokens, TOKENS, `stream ${i}: ${JSON.stringify(r.json.at(-1))}`);
+    }
+    assert.deepEqual(status, { code: 0, signal: null }, drained.stderr.slice(-2000));
+    assert.ok(exitMs < (SHUTDOWN_TIMEOUT_S + 2) * 1000, `exit took ${exitMs} ms`);
+  } finally {
+    await drained.stop({ signal: 'SIGKILL' });
+  }
 });

@@ -14,7 +14,7 @@ tq_unit_test(tq_test_openai
 pkg_check_modules(TQ_TEST_HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 target_link_libraries(tq_test_openai PRIVATE tq_server_http PkgConfig::TQ_TEST_HTTPLIB)
 add_dependencies(tq_test_openai tqserve)  # test_openai_serve.cc runs the binary
-if(TQ_SANITIZE AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+if(TQ_SANITIZED AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
   # GCC 12 at -O1 with the sanitizers warns -Wmaybe-uninitialized inside
   # libstdc++'s <regex> (std::function in _StateT; a false positive of the
   # std::regex this test uses); the Release build keeps the warning.

@@ -270,7 +270,7 @@ TEST_F(KvRetrieval, NeedleStaysTop1AndOutputErrorWithinTheBound) {
 
   // Cases: 3 contexts x 3 depths; queries solved against the exact keys.
   std::vector<Case> cases;
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   const std::vector<int32_t> contexts = {4096, 32768};
   const std::vector<double> depths = {0.5};
 #else

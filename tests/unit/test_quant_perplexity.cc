@@ -31,11 +31,11 @@ namespace {
 const std::string kData = TQ_TEST_DATA_DIR;
 constexpr size_t kCalibrationDocs = 40;
 
-// Under ASan/UBSan (-O0, ~15x slower) the perplexity bounds, which need the
+// Under ASan/UBSan or TSan (~15x slower) the perplexity bounds, which need the
 // whole held-out text, would take ~8 minutes of CI: they are asserted in the
 // Release run, and the sanitizer run covers the same code (quantize, load,
 // calibrate, score, allocate) on a few documents.
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr bool kSanitized = true;
 #else
 constexpr bool kSanitized = false;
