@@ -134,16 +134,16 @@ void LlamaModelRunner::ComputeCandidates(const std::vector<RequestState*>& state
   backend->CopyToHost(cand_.sum_exp_scaled.data(), p.sum_exp_scaled, rows * sizeof(double));
 }
 
-ModelOutput LlamaModelRunner::Execute(const ScheduleOutput& scheduled) {
+void LlamaModelRunner::UpdateRequestStates(const ScheduleOutput& scheduled) {
   for (SeqId id : scheduled.finished_ids) requests_.erase(id);
   for (const NewRequestData& data : scheduled.new_requests) {
     requests_[data.seq_id] = std::make_unique<RequestState>(data);
   }
-  ModelOutput out;
-  out.results.resize(scheduled.sequences.size());
-  if (scheduled.sequences.empty()) return out;
+}
 
-  // One varlen batch; remember which logit rows belong to which sequence.
+// One varlen batch of every scheduled token: positions, slot mapping, one
+// block-table row per sequence.
+void LlamaModelRunner::FlattenBatch(const ScheduleOutput& scheduled) {
   ForwardBatch& b = batch_;
   b.token_ids.clear();
   b.positions.clear();
@@ -158,22 +158,16 @@ ModelOutput LlamaModelRunner::Execute(const ScheduleOutput& scheduled) {
   }
   b.block_tables.assign(static_cast<size_t>(b.num_seqs) * b.max_blocks_per_seq, -1);
   const int32_t block_size = cache_->layout().block_size;
-  struct Rows {
-    int32_t first_token = 0, num_tokens = 0;
-    int32_t first_prompt_row = 0, num_prompt_rows = 0, first_prompt_token = 0;
-    int32_t sample_row = -1;
-    bool candidates = false;  // sampled from LogitsTopK candidates
-  };
-  std::vector<Rows> rows(scheduled.sequences.size());
-  std::vector<RequestState*> states(scheduled.sequences.size());
+  rows_.assign(scheduled.sequences.size(), SequenceRows{});
   for (size_t i = 0; i < scheduled.sequences.size(); ++i) {
     const ScheduledSequence& s = scheduled.sequences[i];
-    states[i] = requests_.at(s.seq_id).get();
+    SequenceRows& r = rows_[i];
+    r.state = requests_.at(s.seq_id).get();
     std::copy(s.block_table.begin(), s.block_table.end(),
               b.block_tables.begin() + static_cast<ptrdiff_t>(i) * b.max_blocks_per_seq);
     const auto n = static_cast<int32_t>(s.token_ids.size());
-    rows[i].first_token = static_cast<int32_t>(b.token_ids.size());
-    rows[i].num_tokens = n;
+    r.first_token = static_cast<int32_t>(b.token_ids.size());
+    r.num_tokens = n;
     for (int32_t j = 0; j < n; ++j) {
       const int32_t pos = s.start_position + j;
       b.token_ids.push_back(s.token_ids[j]);
@@ -181,107 +175,132 @@ ModelOutput LlamaModelRunner::Execute(const ScheduleOutput& scheduled) {
       b.token_seq.push_back(static_cast<int32_t>(i));
       b.slot_mapping.push_back(s.block_table.at(pos / block_size) * block_size + pos % block_size);
     }
-    rows[i].candidates =
-        use_candidates_ && s.sample && !states[i]->sampler.has_penalties() && !states[i]->matcher;
+    r.candidates =
+        use_candidates_ && s.sample && !r.state->sampler.has_penalties() && !r.state->matcher;
   }
-  // Logit rows: every sampling row first, in sequence order (one block for
-  // LogitsTopK; a pure decode batch keeps logit_indices[t] == t, which CUDA
-  // graphs need), then prompt-logprob rows. Rows with penalties get
-  // candidates too but use the full row.
-  std::vector<RequestState*> candidate_states;
+}
+
+// Logit rows: every sampling row first, in sequence order (one block for
+// LogitsTopK; a pure decode batch keeps logit_indices[t] == t, which CUDA
+// graphs need), then prompt-logprob rows (logits at position p score prompt
+// token p + 1). Rows with penalties get candidates too but use the full row.
+void LlamaModelRunner::AssignLogitRows(const ScheduleOutput& scheduled) {
+  ForwardBatch& b = batch_;
+  candidate_states_.clear();
   for (size_t i = 0; i < scheduled.sequences.size(); ++i) {
     if (!scheduled.sequences[i].sample) continue;
-    rows[i].sample_row = static_cast<int32_t>(b.logit_indices.size());
-    b.logit_indices.push_back(rows[i].first_token + rows[i].num_tokens - 1);
-    candidate_states.push_back(states[i]);
+    rows_[i].sample_row = static_cast<int32_t>(b.logit_indices.size());
+    b.logit_indices.push_back(rows_[i].first_token + rows_[i].num_tokens - 1);
+    candidate_states_.push_back(rows_[i].state);
   }
-  const auto num_candidate_rows = static_cast<int32_t>(candidate_states.size());
   for (size_t i = 0; i < scheduled.sequences.size(); ++i) {
-    // Prompt logprobs: logits at position p score prompt token p + 1.
     const ScheduledSequence& s = scheduled.sequences[i];
-    RequestState& state = *states[i];
-    if (!state.prompt_logprobs) continue;
-    const int32_t lo = std::max(s.start_position + 1, state.prompt_logprobs_done);
-    const int32_t hi = std::min(s.start_position + rows[i].num_tokens, s.num_prompt_tokens - 1) + 1;
-    rows[i].first_prompt_row = static_cast<int32_t>(b.logit_indices.size());
-    rows[i].first_prompt_token = lo;
+    SequenceRows& r = rows_[i];
+    if (!r.state->prompt_logprobs) continue;
+    const int32_t lo = std::max(s.start_position + 1, r.state->prompt_logprobs_done);
+    const int32_t hi = std::min(s.start_position + r.num_tokens, s.num_prompt_tokens - 1) + 1;
+    r.first_prompt_row = static_cast<int32_t>(b.logit_indices.size());
+    r.first_prompt_token = lo;
     for (int32_t t = lo; t < hi; ++t) {
-      b.logit_indices.push_back(rows[i].first_token + (t - 1 - s.start_position));
+      b.logit_indices.push_back(r.first_token + (t - 1 - s.start_position));
     }
-    rows[i].num_prompt_rows = std::max(0, hi - lo);
+    r.num_prompt_rows = std::max(0, hi - lo);
   }
   if (b.logit_indices.empty()) b.logit_indices.push_back(0);  // Forward wants >= 1 row
+}
 
-  const int32_t vocab = model_->config().vocab_size;
-  const size_t row_floats = static_cast<size_t>(vocab);
-  const auto num_rows = static_cast<int32_t>(b.logit_indices.size());
-  // Host copies: all rows on the host path; on the candidate path only rows
-  // past the candidate block now, and a candidate row when it must fall back.
-  auto fetch = [&](int32_t first, int32_t count) {
-    model_->backend()->CopyToHost(logits_.data() + first * row_floats,
-                                  model_->device_logits() + first * row_floats,
-                                  static_cast<size_t>(count) * row_floats * sizeof(float));
-  };
-  if (use_candidates_) {
-    model_->Forward(b, *cache_, nullptr);
-    logits_.resize(static_cast<size_t>(num_rows) * row_floats);
-    if (num_candidate_rows > 0) ComputeCandidates(candidate_states);
-    fetch(num_candidate_rows, num_rows - num_candidate_rows);
-    for (size_t i = 0; i < rows.size(); ++i) {
-      if (rows[i].sample_row >= 0 && !rows[i].candidates) fetch(rows[i].sample_row, 1);
-    }
-  } else {
-    model_->Forward(b, *cache_, &logits_);
+void LlamaModelRunner::FetchRows(int32_t first, int32_t count) {
+  const auto row_floats = static_cast<size_t>(model_->config().vocab_size);
+  model_->backend()->CopyToHost(logits_.data() + first * row_floats,
+                                model_->device_logits() + first * row_floats,
+                                static_cast<size_t>(count) * row_floats * sizeof(float));
+}
+
+// Host copies: all rows on the host path; on the candidate path only rows
+// past the candidate block now, and a candidate row when it must fall back.
+void LlamaModelRunner::RunForward() {
+  if (!use_candidates_) {
+    model_->Forward(batch_, *cache_, &logits_);
+    return;
   }
-  auto row = [&](int32_t r) { return std::span<float>(logits_.data() + r * row_floats, vocab); };
+  model_->Forward(batch_, *cache_, nullptr);
+  const auto num_rows = static_cast<int32_t>(batch_.logit_indices.size());
+  const auto num_candidate_rows = static_cast<int32_t>(candidate_states_.size());
+  logits_.resize(static_cast<size_t>(num_rows) * model_->config().vocab_size);
+  if (num_candidate_rows > 0) ComputeCandidates(candidate_states_);
+  FetchRows(num_candidate_rows, num_rows - num_candidate_rows);
+  for (const SequenceRows& r : rows_) {
+    if (r.sample_row >= 0 && !r.candidates) FetchRows(r.sample_row, 1);
+  }
+}
 
+std::span<float> LlamaModelRunner::LogitRow(int32_t r) {
+  const int32_t vocab = model_->config().vocab_size;
+  return {logits_.data() + static_cast<size_t>(r) * vocab, static_cast<size_t>(vocab)};
+}
+
+void LlamaModelRunner::ScorePrompt(const ScheduledSequence& s, const SequenceRows& rows,
+                                   SequenceResult& result) {
+  if (rows.num_prompt_rows == 0) return;
+  RequestState& state = *rows.state;
+  result.first_prompt_logprob = rows.first_prompt_token;
+  const int32_t k = std::max(state.num_logprobs, 0);
+  for (int32_t j = 0; j < rows.num_prompt_rows; ++j) {
+    const int32_t t = rows.first_prompt_token + j;
+    result.prompt_logprobs.push_back(
+        ComputeLogprobs(LogitRow(rows.first_prompt_row + j), s.tokens[t], k));
+  }
+  state.prompt_logprobs_done = rows.first_prompt_token + rows.num_prompt_rows;
+}
+
+void LlamaModelRunner::SampleNext(const ScheduledSequence& s, const SequenceRows& rows,
+                                  SequenceResult& result) {
+  RequestState& state = *rows.state;
+  const int32_t sr = rows.sample_row;
+  std::optional<SampledToken> token;
+  std::optional<PositionLogprobs> logprobs;
+  if (rows.candidates) {
+    ++candidate_rows_;
+    const LogitCandidates c = cand_.Row(sr, model_->config().vocab_size);
+    token = state.sampler.SampleCandidates(c);
+    if (token && state.num_logprobs >= 0) {
+      logprobs = LogprobsFromCandidates(c, token->token, state.num_logprobs);
+    }
+    if (!token || (state.num_logprobs >= 0 && !logprobs)) {
+      ++full_row_fallbacks_;
+      FetchRows(sr, 1);
+    }
+  }
+  std::span<float> logits = LogitRow(sr);
+  if (!token) {
+    std::vector<float> raw;
+    if (state.num_logprobs >= 0) raw.assign(logits.begin(), logits.end());
+    if (state.matcher) {
+      state.matcher->FillMask(&mask_);
+      structured::ApplyTokenMask(logits, mask_);
+    }
+    const auto num_prompt = static_cast<size_t>(s.num_prompt_tokens);
+    token = state.sampler.Sample(logits, s.tokens.first(num_prompt), s.tokens.subspan(num_prompt));
+    if (state.matcher) state.matcher->AcceptToken(token->token);
+    if (state.num_logprobs >= 0) logprobs = ComputeLogprobs(raw, token->token, state.num_logprobs);
+  } else if (state.num_logprobs >= 0 && !logprobs) {
+    logprobs = ComputeLogprobs(logits, token->token, state.num_logprobs);
+  }
+  result.token = token->token;
+  if (logprobs) result.logprobs = std::move(*logprobs);
+}
+
+ModelOutput LlamaModelRunner::Execute(const ScheduleOutput& scheduled) {
+  UpdateRequestStates(scheduled);
+  ModelOutput out;
+  out.results.resize(scheduled.sequences.size());
+  if (scheduled.sequences.empty()) return out;
+  FlattenBatch(scheduled);
+  AssignLogitRows(scheduled);
+  RunForward();
   for (size_t i = 0; i < scheduled.sequences.size(); ++i) {
-    RequestState& state = *states[i];
-    SequenceResult& r = out.results[i];
-    if (rows[i].num_prompt_rows > 0) {
-      r.first_prompt_logprob = rows[i].first_prompt_token;
-      const int32_t k = std::max(state.num_logprobs, 0);
-      for (int32_t j = 0; j < rows[i].num_prompt_rows; ++j) {
-        const int32_t t = rows[i].first_prompt_token + j;
-        r.prompt_logprobs.push_back(
-            ComputeLogprobs(row(rows[i].first_prompt_row + j), state.prompt[t], k));
-      }
-      state.prompt_logprobs_done = rows[i].first_prompt_token + rows[i].num_prompt_rows;
-    }
-    const int32_t sr = rows[i].sample_row;
-    if (sr < 0) continue;
-    std::optional<SampledToken> token;
-    std::optional<PositionLogprobs> logprobs;
-    if (rows[i].candidates) {
-      ++candidate_rows_;
-      const LogitCandidates c = cand_.Row(sr, vocab);
-      token = state.sampler.SampleCandidates(c);
-      if (token && state.num_logprobs >= 0) {
-        logprobs = LogprobsFromCandidates(c, token->token, state.num_logprobs);
-      }
-      if (!token || (state.num_logprobs >= 0 && !logprobs)) {
-        ++full_row_fallbacks_;
-        fetch(sr, 1);
-      }
-    }
-    std::span<float> logits = row(sr);
-    if (!token) {
-      std::vector<float> raw;
-      if (state.num_logprobs >= 0) raw.assign(logits.begin(), logits.end());
-      if (state.matcher) {
-        state.matcher->FillMask(&mask_);
-        structured::ApplyTokenMask(logits, mask_);
-      }
-      token = state.sampler.Sample(logits, state.prompt, state.output);
-      if (state.matcher) state.matcher->AcceptToken(token->token);
-      if (state.num_logprobs >= 0)
-        logprobs = ComputeLogprobs(raw, token->token, state.num_logprobs);
-    } else if (state.num_logprobs >= 0 && !logprobs) {
-      logprobs = ComputeLogprobs(logits, token->token, state.num_logprobs);
-    }
-    r.token = token->token;
-    if (logprobs) r.logprobs = std::move(*logprobs);
-    state.output.push_back(r.token);
+    ScorePrompt(scheduled.sequences[i], rows_[i], out.results[i]);
+    if (rows_[i].sample_row >= 0) SampleNext(scheduled.sequences[i], rows_[i], out.results[i]);
   }
   return out;
 }

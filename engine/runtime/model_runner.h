@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -27,9 +28,10 @@ class ModelRunner {
 /// The Llama runner: all scheduled sequences' tokens go through ONE
 /// LlamaModel::Forward (varlen tokens, slot mapping, block tables), then each
 /// sampling sequence draws from its own Sampler. Keeps per-request state
-/// (sampler RNG, prompt and output ids for the penalties) from
-/// ScheduleOutput::new_requests until the id appears in finished_ids, so a
-/// preempted and recomputed sequence continues the same random stream.
+/// (sampler RNG, grammar matcher) from ScheduleOutput::new_requests until the
+/// id appears in finished_ids, so a preempted and recomputed sequence
+/// continues the same random stream; the token history (penalties, prompt
+/// logprobs) is read from ScheduledSequence::tokens, never copied.
 /// Logprobs are of the raw model distribution (log_softmax of the logits, as
 /// vLLM v1 reports them by default).
 ///
@@ -63,7 +65,6 @@ class LlamaModelRunner : public ModelRunner {
   struct RequestState {
     explicit RequestState(const NewRequestData& data)
         : sampler(data.sampling),
-          prompt(data.prompt_ids),
           num_logprobs(data.num_logprobs),
           prompt_logprobs(data.prompt_logprobs) {
       if (data.sampling.grammar) {
@@ -72,11 +73,18 @@ class LlamaModelRunner : public ModelRunner {
     }
     Sampler sampler;
     std::unique_ptr<structured::GrammarMatcher> matcher;  // structured output, else null
-    std::vector<int32_t> prompt;
-    std::vector<int32_t> output;
     int32_t num_logprobs;
     bool prompt_logprobs;
     int32_t prompt_logprobs_done = 1;  // next prompt token that needs a logprob
+  };
+
+  // Where one scheduled sequence's tokens and logit rows sit in this step's batch.
+  struct SequenceRows {
+    RequestState* state = nullptr;
+    int32_t first_token = 0, num_tokens = 0;
+    int32_t first_prompt_row = 0, num_prompt_rows = 0, first_prompt_token = 0;
+    int32_t sample_row = -1;  // -1: the sequence does not sample this step
+    bool candidates = false;  // sampled from LogitsTopK candidates
   };
 
   // The candidates of the first `rows` logit rows (LogitsTopK outputs).
@@ -89,11 +97,23 @@ class LlamaModelRunner : public ModelRunner {
   };
   void ComputeCandidates(const std::vector<RequestState*>& states);
 
+  // Execute's steps, in order.
+  void UpdateRequestStates(const ScheduleOutput& scheduled);
+  void FlattenBatch(const ScheduleOutput& scheduled);     // batch_, rows_
+  void AssignLogitRows(const ScheduleOutput& scheduled);  // batch_.logit_indices
+  void RunForward();                                      // logits_ (and cand_)
+  void ScorePrompt(const ScheduledSequence& s, const SequenceRows& rows, SequenceResult& result);
+  void SampleNext(const ScheduledSequence& s, const SequenceRows& rows, SequenceResult& result);
+  void FetchRows(int32_t first, int32_t count);  // logit rows to the host copy
+  std::span<float> LogitRow(int32_t r);
+
   LlamaModel* model_;
   PagedKvCache* cache_;
   bool use_candidates_ = false;
   std::unordered_map<SeqId, std::unique_ptr<RequestState>> requests_;
-  ForwardBatch batch_;          // reused between steps
+  ForwardBatch batch_;                           // reused between steps
+  std::vector<SequenceRows> rows_;               // this step's, index-aligned with sequences
+  std::vector<RequestState*> candidate_states_;  // this step's sampling rows, in row order
   std::vector<float> logits_;   // [logit rows, vocab], host copies of the rows needed
   std::vector<uint64_t> mask_;  // a constrained row's allowed tokens (reused)
   CandidateRows cand_;

@@ -1,8 +1,12 @@
 // The values passed between the scheduler and the model runner each step
-// (DESIGN.md "Data flow"): plain data, no pointers into scheduler state.
+// (DESIGN.md "Data flow"): plain data, except ScheduledSequence::tokens, a
+// view of the scheduler's token list (both run on the engine thread, so the
+// runner reads the one copy instead of keeping its own, as vLLM v1 must
+// across its process boundary).
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -15,11 +19,11 @@ namespace tq {
 using SeqId = int64_t;
 
 /// Sent to the runner the first time a request is scheduled, so that it can
-/// keep per-request state (sampler RNG, token history for penalties) across
-/// steps and preemptions, as vLLM v1's NewRequestData.
+/// keep per-request state (sampler RNG, grammar matcher) across steps and
+/// preemptions, as vLLM v1's NewRequestData. The tokens are not copied: each
+/// step's ScheduledSequence::tokens shows them.
 struct NewRequestData {
   SeqId seq_id = 0;
-  std::vector<int32_t> prompt_ids;
   SamplingParams sampling;
   int32_t num_logprobs = -1;
   bool prompt_logprobs = false;
@@ -36,6 +40,11 @@ struct ScheduledSequence {
   bool sample = false;                // the chunk reaches the sequence's end: sample one token
   int32_t num_new_prompt_tokens = 0;  // prompt tokens computed for the first time (metrics;
                                       // recompute after preemption is not new)
+  /// Every token of the sequence so far: the prompt ([0, num_prompt_tokens))
+  /// then the sampled outputs; token_ids is a slice of it. A view of the
+  /// scheduler's list, valid until Scheduler::Update for this step (engine
+  /// thread); the runner reads penalty history and prompt-logprob targets here.
+  std::span<const int32_t> tokens;
 };
 
 /// What one step runs. The scheduler's only message to the runner.

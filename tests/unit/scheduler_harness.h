@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <numeric>
 #include <string>
@@ -38,13 +39,22 @@ class FakeRunner {
 
   ModelOutput Execute(const ScheduleOutput& s) {
     for (SeqId id : s.finished_ids) tokens_.erase(id);
-    for (const NewRequestData& d : s.new_requests) tokens_[d.seq_id] = d.prompt_ids;
     for (const ScheduledSequence& seq : s.sequences) {
-      const std::vector<int32_t>& known = tokens_[seq.seq_id];
+      // Tokens are recorded the first time their position is scheduled (a
+      // prefix-cache hit skips positions: -1), so a recompute after
+      // preemption must schedule the same ones.
+      std::vector<int32_t>& known = tokens_[seq.seq_id];
+      // The history view ends with this chunk and holds it.
+      EXPECT_EQ(seq.tokens.size(), seq.start_position + seq.token_ids.size());
+      EXPECT_TRUE(std::equal(seq.token_ids.begin(), seq.token_ids.end(),
+                             seq.tokens.begin() + seq.start_position));
       for (size_t j = 0; j < seq.token_ids.size(); ++j) {
         const int32_t pos = seq.start_position + static_cast<int32_t>(j);
-        if (pos < static_cast<int32_t>(known.size())) {
+        if (pos < static_cast<int32_t>(known.size()) && known[pos] >= 0) {
           EXPECT_EQ(seq.token_ids[j], known[pos]) << "wrong token scheduled at " << pos;
+        } else {
+          if (pos >= static_cast<int32_t>(known.size())) known.resize(pos + 1, -1);
+          known[pos] = seq.token_ids[j];
         }
         kv_[Slot(seq, pos)] = {seq.token_ids[j], pos};
       }
@@ -63,7 +73,10 @@ class FakeRunner {
         }
         r.token = forced_.count(seq.seq_id) ? forced_[seq.seq_id] : NextToken(ctx);
         forced_.erase(seq.seq_id);
-        tokens_[seq.seq_id].push_back(r.token);
+        // The sampled token must be the one scheduled at the next position.
+        std::vector<int32_t>& known = tokens_[seq.seq_id];
+        if (static_cast<int32_t>(known.size()) <= end) known.resize(end + 1, -1);
+        known[end] = r.token;
       }
       out.results.push_back(r);
     }
