@@ -40,8 +40,9 @@ struct ScheduledSequence {
   bool sample = false;                // the chunk reaches the sequence's end: sample one token
   int32_t num_new_prompt_tokens = 0;  // prompt tokens computed for the first time (metrics;
                                       // recompute after preemption is not new)
-  /// Every token of the sequence so far: the prompt ([0, num_prompt_tokens))
-  /// then the sampled outputs; token_ids is a slice of it. A view of the
+  /// Every token of the sequence so far: the whole prompt ([0,
+  /// num_prompt_tokens), chunks not yet computed included) then the sampled
+  /// outputs; token_ids is a slice of it, and a chunk that samples ends it. A view of the
   /// scheduler's list, valid until Scheduler::Update for this step (engine
   /// thread); the runner reads penalty history and prompt-logprob targets here.
   std::span<const int32_t> tokens;
