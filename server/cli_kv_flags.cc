@@ -28,8 +28,9 @@ void AddKvCacheFlags(CLI::App* cmd, EngineOptions* engine, std::string* kv_cache
                 "CUDA: run decode steps from CUDA graphs captured per padded batch size "
                 "(off by default until measured; docs/cuda.md)");
   cmd->add_option("--kv-cache-dtype", *kv_cache_dtype,
-                  "KV cache format: auto (the smallest of tq3, tq4, int8 within "
-                  "--kv-quality-budget, measured at start-up), fp32, fp16, bf16, int8, int4, "
+                  "KV cache format: auto (the smallest of tq3, tq4, int8 and, on the CPU, "
+                  "tqk3v2 within --kv-quality-budget, measured at start-up), fp32, fp16, bf16, "
+                  "int8, int4, "
                   "tq3, tq4, tqk3v2 (CPU only: 3-bit keys, 2-bit values)")
       ->capture_default_str();
   cmd->add_option("--kv-quality-budget", engine->kv_quality_budget,

@@ -49,7 +49,8 @@ inline constexpr int32_t kMaxHeldOutTokens = 256;
 int32_t HeldOutTokenCount(int32_t n);
 
 /// The formats auto may pick, fewest bits per element at head_dim first
-/// (tq3, tq4, int8; `extra` formats are merged in by their bits).
+/// (tq3, tq4, int8; `extra` formats are merged in by their bits: the loader
+/// adds tqk3v2 when every rank's backend implements it, i.e. on the CPU).
 std::vector<kernels::KvDtype> AutoKvCandidates(int32_t head_dim,
                                                std::span<const kernels::KvDtype> extra = {});
 

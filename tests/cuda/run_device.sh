@@ -7,7 +7,9 @@
 # test_cuda_arch.cc); with NCCL installed, tq_test_nccl: the NCCL
 # communicator's collectives over this machine's GPUs and tensor-parallel
 # greedy decoding against the CPU, TP=1 through NCCL on one GPU and TP=2/4 when
-# the machine has that many GPUs) and the kernel benchmarks (copy bandwidth,
+# the machine has that many GPUs; CudaKvRetrieval: the long-context needle
+# test of issue 21 item 3 at 4K/16K/32K, whose table of top-1 agreement and
+# output error per dtype is printed) and the kernel benchmarks (copy bandwidth,
 # decode attention, chunked-prefill attention tiled vs per-token, a
 # Llama-3-8B decode step, LogitsTopK at vocab 128256 vs the logits' copy to
 # the host, CUDA graphs), and prints a short table (the
@@ -70,6 +72,8 @@ else
   log "NCCL not found: tq_test_nccl not built"
 fi
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|tq3 KV|Failure|Expected|Which is|worst|TP=|^rank " "$out/cuda_tests.log" | head -60
+# The needle retrieval table (CudaKvRetrieval; docs/kv-cache.md has the CPU one).
+grep -E "^\| (backend|cuda) \|" "$out/cuda_tests.log"
 log "tests rc=$tests_rc"
 
 if [[ $bench == 1 ]]; then
@@ -91,6 +95,7 @@ fi
     "$out/cuda_tests.log" |
     sed 's/^/  /'
   grep -E "CUDA TP=[0-9]|TP=[0-9] needs" "$out/cuda_tests.log" | sed 's/^/    /'
+  grep -E "^\| (backend|cuda) \|" "$out/cuda_tests.log"
   [[ -f $out/bench.txt ]] && cat "$out/bench.txt"
   echo "wall: $(($(date +%s) - start)) s"
 } > "$out/summary.txt"

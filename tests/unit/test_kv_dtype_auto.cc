@@ -1,9 +1,11 @@
 // `--kv-cache-dtype auto` (engine/runtime/kv_dtype_auto.h): the pick rule on
 // hand-made scores, and on the bundled model (and trained-hd128 when
 // ../shared/models has it) the reported perplexities against the same
-// held-out tokens scored by a Generator built with each format explicitly.
+// held-out tokens scored by a Generator built with each format explicitly,
+// and the choice against the rule applied to those perplexities.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -57,8 +59,30 @@ double ExplicitPerplexity(const std::string& model, KvDtype dtype,
   return std::exp(nll / static_cast<double>(tokens.size() - 1));
 }
 
+// Bits per element of a head vector (K and V averaged, parameters included),
+// from the record layouts of docs/kv-cache.md ("Formats"), not from KvBitsPerElement.
+double DocBits(KvDtype dtype, int32_t head_dim) {
+  const double d = head_dim;
+  const double norms = 2 * 16 / d;  // one fp16 norm for K and one for V, per vector
+  switch (dtype) {
+    case KvDtype::kTqK3V2:
+      return (3 + 2) / 2.0 + norms / 2;  // 3-bit key codes, 2-bit value codes
+    case KvDtype::kTq3:
+      return 3 + norms / 2;
+    case KvDtype::kTq4:
+      return (4 + 3) / 2.0 + norms / 2;
+    case KvDtype::kInt8:
+      return 8 + 2 * 16 / d;  // fp16 scale and zero per vector
+    default:
+      ADD_FAILURE() << "no documented bits for " << kernels::KvDtypeName(dtype);
+      return 0.0;
+  }
+}
+
 // Loads `model` with auto, checks each reported perplexity against an
-// explicit-dtype Generator on the same held-out tokens; returns the choice.
+// explicit-dtype Generator on the same held-out tokens, and the choice against
+// the rule applied here to those independently measured perplexities (the
+// fewest documented bits within the budget 1.01, else fp16); returns the choice.
 KvDtypeChoice CheckedChoice(const std::string& model) {
   EngineOptions o;
   o.model_dir = model;
@@ -75,30 +99,52 @@ KvDtypeChoice CheckedChoice(const std::string& model) {
   EXPECT_EQ(choice.scored_tokens, static_cast<int64_t>(tokens.size()) - 1);
   const double reference = ExplicitPerplexity(model, KvDtype::kF32, tokens);
   EXPECT_NEAR(choice.reference_perplexity, reference, 1e-9 * reference);
-  EXPECT_EQ(choice.scores.size(), 3u);
+  // The CPU backend implements tqk3v2, so it is a candidate beside tq3, tq4 and int8.
+  std::vector<KvDtype> scored;
+  for (const KvQualityScore& s : choice.scores) scored.push_back(s.dtype);
+  std::sort(scored.begin(), scored.end());
+  EXPECT_EQ(scored,
+            (std::vector<KvDtype>{KvDtype::kInt8, KvDtype::kTq3, KvDtype::kTq4, KvDtype::kTqK3V2}));
+  const int32_t head_dim = gen.files().config.head_dim;
+  KvDtype expected = KvDtype::kF16;
+  double expected_bits = 1e9;
   for (const KvQualityScore& s : choice.scores) {
     const double ppl = ExplicitPerplexity(model, s.dtype, tokens);
     EXPECT_NEAR(s.perplexity, ppl, 1e-9 * ppl) << kernels::KvDtypeName(s.dtype);
     EXPECT_NEAR(s.ratio, ppl / reference, 1e-9) << kernels::KvDtypeName(s.dtype);
+    EXPECT_DOUBLE_EQ(s.bits_per_element, DocBits(s.dtype, head_dim))
+        << kernels::KvDtypeName(s.dtype);
+    const double bits = DocBits(s.dtype, head_dim);
+    if (ppl / reference <= 1.01 && bits < expected_bits) {
+      expected = s.dtype;
+      expected_bits = bits;
+    }
   }
+  EXPECT_EQ(choice.dtype, expected) << choice.Describe();
   EXPECT_NE(choice.Describe().find("budget 1.01"), std::string::npos) << choice.Describe();
   return choice;
 }
 
 TEST(KvDtypeAuto, BundledModelGetsAWiderFormatThanTq3) {
-  // stories260K (head_dim 8): tq3 costs several percent (docs/kv-cache.md), int8 ~0.
+  // stories260K (head_dim 8): tq3 and tqk3v2 cost several percent on
+  // TinyStories (docs/kv-cache.md: +6.8%, +11%), int8 ~0.
   const KvDtypeChoice c = CheckedChoice(TQ_MODEL_DIR);
-  ASSERT_EQ(c.scores.front().dtype, KvDtype::kTq3);
-  EXPECT_GT(c.scores.front().ratio, 1.01);
-  EXPECT_NE(c.dtype, KvDtype::kTq3);
-  EXPECT_GT(kernels::KvBitsPerElement(c.dtype, 8), kernels::KvBitsPerElement(KvDtype::kTq3, 8));
+  ASSERT_EQ(c.scores.size(), 4u);
+  EXPECT_EQ(c.scores[0].dtype, KvDtype::kTqK3V2);  // 4.5 bits at d = 8
+  EXPECT_EQ(c.scores[1].dtype, KvDtype::kTq3);     // 5 bits
+  EXPECT_GT(c.scores[0].ratio, 1.01);
+  EXPECT_GT(c.scores[1].ratio, 1.01);
+  EXPECT_GT(DocBits(c.dtype, 8), DocBits(KvDtype::kTq3, 8));
 }
 
-TEST(KvDtypeAuto, TrainedHeadDim128GetsTq3) {
+// Issue 21's acceptance: tq3 or fewer bits (on the built-in held-out text
+// tqk3v2 measured 1.0146 on 2026-12-03, outside the budget, so tq3).
+TEST(KvDtypeAuto, TrainedHeadDim128GetsTq3OrFewerBits) {
   const char* env = std::getenv("TQ_SHARED_MODELS");
   const std::string dir = std::string(env ? env : "/work/shared/models") + "/trained-hd128";
   if (!std::filesystem::exists(dir + "/model.safetensors")) GTEST_SKIP() << dir << " not present";
-  EXPECT_EQ(CheckedChoice(dir).dtype, KvDtype::kTq3);
+  const KvDtypeChoice c = CheckedChoice(dir);
+  EXPECT_LE(DocBits(c.dtype, 128), DocBits(KvDtype::kTq3, 128)) << c.Describe();
 }
 
 }  // namespace
