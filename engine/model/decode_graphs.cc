@@ -94,7 +94,7 @@ void DecodeGraphRunner::RunBucket(LlamaModel& model, PagedKvCache& cache, int32_
   in.num_tokens = bucket;
   in.max_blocks_per_seq = max_blocks_per_seq_;
   const std::vector<int32_t> rows(identity_.begin(), identity_.begin() + bucket);
-  model.ComputeLogits(in, rows, cache);
+  model.ForwardOps(in, rows, cache);
 }
 
 void DecodeGraphRunner::Prepare(LlamaModel& model, PagedKvCache& cache) {

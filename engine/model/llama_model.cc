@@ -179,7 +179,7 @@ void LlamaModel::ForwardRank(const ForwardBatch& batch, PagedKvCache& cache,
   in.block_tables = block_tables_.as<int32_t>();
   in.num_tokens = n;
   in.max_blocks_per_seq = batch.max_blocks_per_seq;
-  ComputeLogits(in, batch.logit_indices, cache);
+  ForwardOps(in, batch.logit_indices, cache);
   const int32_t shard = plan_.vocab_shard;
   if (!plan_.comm) {
     if (logits)
@@ -203,8 +203,8 @@ void LlamaModel::ForwardRank(const ForwardBatch& batch, PagedKvCache& cache,
   }
 }
 
-void LlamaModel::ComputeLogits(const StepInputs& in, const std::vector<int32_t>& logit_indices,
-                               PagedKvCache& cache) {
+void LlamaModel::ForwardOps(const StepInputs& in, const std::vector<int32_t>& logit_indices,
+                            PagedKvCache& cache) {
   const ModelConfig& c = config_;
   const int32_t n = in.num_tokens;
   const auto num_logits = static_cast<int32_t>(logit_indices.size());

@@ -131,11 +131,12 @@ class LlamaModel {
 
   // One rank's forward pass; logits may be null (ranks other than 0).
   void ForwardRank(const ForwardBatch& batch, PagedKvCache& cache, std::vector<float>* logits);
-  // Layers, final norm and lm_head into logits_ ([logit_indices.size(),
-  // vocab_shard]); backend ops only, so a graph can capture it when no
-  // observer is set and there is one rank.
-  void ComputeLogits(const StepInputs& in, const std::vector<int32_t>& logit_indices,
-                     PagedKvCache& cache);
+  // The forward pass's backend ops: embedding, layers, final norm and
+  // lm_head into logits_ ([logit_indices.size(), vocab_shard]). Backend ops
+  // only, so a graph can capture it when no observer is set and there is one
+  // rank.
+  void ForwardOps(const StepInputs& in, const std::vector<int32_t>& logit_indices,
+                  PagedKvCache& cache);
   // TP: sums the row-parallel partial outputs in hidden_ across ranks.
   void AllReduceHidden(int32_t num_tokens);
   void EnsureWorkspace(int32_t num_tokens, int32_t num_logits);
