@@ -11,7 +11,10 @@ makes the output valid) and, through the HTTP API:
     JSON mode has no length bound, and a random model can wander inside
     strings until max_tokens: an output cut by "length" must still be a
     prefix of a JSON object (json_prefix below, not the server's grammar),
-    and at most a quarter of the samples may be cut;
+    and at most a quarter of the samples may be cut; the same for a schema
+    marked "unbounded" whose language has no length bound (ref_recursive: a
+    tree of any depth, where a random model's branching can go on past any
+    max_tokens);
   * guided_regex outputs must re.fullmatch their pattern; guided_choice
     outputs must be one of the choices; guided_grammar outputs must be in
     the grammar's language (checked by a Python regex of the same language);
@@ -263,13 +266,18 @@ def main():
 
         format_checker = jsonschema.Draft202012Validator.FORMAT_CHECKER
         truncated = 0
+        truncated_schema = {}  # unbounded schema name -> samples cut by length
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
             for job, text, finish in pool.map(run, jobs):
                 kind, what, seed, _ = job
                 label = f"{kind} {what['name'] if kind == 'schema' else what} seed {seed}"
                 ok = finish == "stop"
                 try:
-                    if kind == "schema":
+                    if kind == "schema" and what.get("unbounded") and finish == "length":
+                        ok = json_prefix(text)
+                        truncated_schema[what["name"]] = truncated_schema.get(what["name"], 0) + 1
+                        label += " (cut by length)"
+                    elif kind == "schema":
                         jsonschema.validate(json.loads(text), what["schema"],
                                             cls=jsonschema.Draft202012Validator,
                                             format_checker=format_checker)
@@ -318,6 +326,10 @@ def main():
     print(f"json_object: {truncated} of {samples} cut by max_tokens (valid prefixes)")
     if truncated * 4 > samples:
         failures.append(f"json_object: {truncated} of {samples} samples cut by max_tokens")
+    for name, cut in sorted(truncated_schema.items()):
+        print(f"schema {name}: {cut} of {samples} cut by max_tokens (valid prefixes)")
+        if cut * 4 > samples:
+            failures.append(f"schema {name}: {cut} of {samples} samples cut by max_tokens")
     print(f"unsupported schemas: {refused[0]} refused with 400 naming the keyword, "
           f"{refused[1]} not")
     for f in failures[:20]:
