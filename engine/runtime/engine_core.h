@@ -26,7 +26,7 @@ using StepFaultHook = void (*)(int64_t step);
 /// by any flag, environment variable or request.
 void SetStepFaultHookForTesting(StepFaultHook hook);
 
-/// The synchronous engine that EngineClient's thread drives (vLLM's
+/// The synchronous engine that Engine's thread drives (vLLM's
 /// EngineCore): AddRequest / Abort / Step, all on one thread. Owns the
 /// scheduler and routes each RequestUpdate to its request's stream and to the
 /// observer. Tests drive it directly with a fake ModelRunner.

@@ -73,7 +73,7 @@ struct LoadedModel;
 
 /// A model loaded on the CPU backend with its tokenizer and a paged KV cache,
 /// running one sequence at a time (`tqserve generate`, perplexity, tests; the
-/// server's continuous-batching engine is EngineClient). Thread ownership: one
+/// server's continuous-batching engine is Engine). Thread ownership: one
 /// thread at a time (not thread-safe).
 class Generator {
  public:

@@ -12,7 +12,7 @@ namespace tq {
 
 /// Why a request ended. kStop and kLength are OpenAI's finish_reason "stop"
 /// (EOS or a stop token) and "length" (max_tokens or max_model_len). kAbort:
-/// aborted by EngineClient::Abort (client disconnect, a stop string found by
+/// aborted by Engine::Abort (client disconnect, a stop string found by
 /// the front end, drain timeout). kError: the engine failed (message in
 /// EngineOutput::error).
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };

@@ -89,7 +89,7 @@ class GenerationServiceImpl::InFlight {
 GenerationServiceImpl::GenerationServiceImpl(GrpcOptions options, ServerMetrics* metrics)
     : options_(std::move(options)), metrics_(metrics) {}
 
-void GenerationServiceImpl::SetEngine(EngineClient* engine) {
+void GenerationServiceImpl::SetEngine(Engine* engine) {
   limits_.served_model_name = options_.served_model_name;
   limits_.max_model_len = engine->info().max_model_len;
   limits_.vocab_size = engine->info().vocab_size;
@@ -112,9 +112,9 @@ int64_t GenerationServiceImpl::in_flight() const {
   return in_flight_;
 }
 
-EngineClient& GenerationServiceImpl::ReadyEngine(bool allow_draining) const {
+Engine& GenerationServiceImpl::ReadyEngine(bool allow_draining) const {
   if (!allow_draining && draining()) throw Unavailable("the server is shutting down");
-  EngineClient* engine = this->engine();
+  Engine* engine = this->engine();
   if (engine == nullptr) throw Unavailable("the model is loading; retry shortly");
   return *engine;
 }
@@ -154,7 +154,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationServiceImpl::Generate(
     CheckApiKey(options_.api_keys, context);
     pb::GenerateRequest request;
     ParseRequest(*bytes, &request);
-    EngineClient& engine = ReadyEngine();
+    Engine& engine = ReadyEngine();
     auto in_flight = std::make_shared<InFlight>(this);
     GenerateParams params = ParseGenerateRequest(request, limits_, engine.tokenizer());
     ReadStructuredOutput(request, engine.grammars(), &params);
@@ -211,7 +211,7 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Tokenize(grpc::CallbackServerCo
   return Unary<pb::TokenizeRequest, pb::TokenizeResponse>(
       context, "Tokenize", bytes, out,
       [&](const pb::TokenizeRequest& request, pb::TokenizeResponse* response) {
-        EngineClient& engine = ReadyEngine();
+        Engine& engine = ReadyEngine();
         CheckModel(request.model(), limits_);
         CheckPromptText(request.text(), limits_, "text");
         const bool add_special =
@@ -230,7 +230,7 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Detokenize(grpc::CallbackServer
   return Unary<pb::DetokenizeRequest, pb::DetokenizeResponse>(
       context, "Detokenize", bytes, out,
       [&](const pb::DetokenizeRequest& request, pb::DetokenizeResponse* response) {
-        EngineClient& engine = ReadyEngine();
+        Engine& engine = ReadyEngine();
         CheckModel(request.model(), limits_);
         const auto& ids = request.token_ids();
         const std::span<const int32_t> span(ids.data(), static_cast<size_t>(ids.size()));
@@ -246,7 +246,7 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::ListModels(grpc::CallbackServer
   return Unary<pb::ListModelsRequest, pb::ListModelsResponse>(
       context, "ListModels", bytes, out,
       [&](const pb::ListModelsRequest&, pb::ListModelsResponse* response) {
-        EngineClient& engine = ReadyEngine();
+        Engine& engine = ReadyEngine();
         pb::ModelCard* card = response->add_models();
         card->set_id(limits_.served_model_name);
         card->set_owned_by("tqserve");
@@ -264,7 +264,7 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::GetServerInfo(grpc::CallbackSer
       context, "GetServerInfo", bytes, out,
       [&](const pb::GetServerInfoRequest&, pb::GetServerInfoResponse* response) {
         // Answers while draining too: EngineState.draining says so.
-        EngineClient& engine = ReadyEngine(/*allow_draining=*/true);
+        Engine& engine = ReadyEngine(/*allow_draining=*/true);
         const EngineInfo& info = engine.info();
         response->set_model(limits_.served_model_name);
         // The directory path and library versions only when asked for

@@ -1,7 +1,7 @@
 // tqserve.v1.GenerationService on gRPC's callback API with raw (ByteBuffer)
 // methods: the service parses requests itself (a malformed one gets
 // INVALID_ARGUMENT), no thread is held per call, the engine reached through
-// EngineClient (no scheduling here).
+// Engine (no scheduling here).
 #pragma once
 
 #include <atomic>
@@ -11,7 +11,7 @@
 #include <mutex>
 #include <string>
 
-#include "engine/runtime/engine_client.h"
+#include "engine/runtime/engine.h"
 #include "server/grpc/generate_request.h"
 #include "server/grpc/generate_stream.h"
 #include "server/guard/api_keys.h"
@@ -63,9 +63,9 @@ class GenerationServiceImpl final : public detail::RawCallbackService {
 
   /// Publishes the loaded engine (not owned; must outlive the service's
   /// calls). Until then every call gets UNAVAILABLE.
-  void SetEngine(EngineClient* engine);
+  void SetEngine(Engine* engine);
   /// Null while loading.
-  EngineClient* engine() const { return engine_.load(std::memory_order_acquire); }
+  Engine* engine() const { return engine_.load(std::memory_order_acquire); }
 
   /// New calls get UNAVAILABLE from now on (GetServerInfo still answers);
   /// Generate calls in flight continue.
@@ -106,7 +106,7 @@ class GenerationServiceImpl final : public detail::RawCallbackService {
 
   // The engine for a call; throws RpcError UNAVAILABLE while loading or
   // draining (or, with allow_draining, only while loading).
-  EngineClient& ReadyEngine(bool allow_draining = false) const;
+  Engine& ReadyEngine(bool allow_draining = false) const;
   // Counts the call in the metrics and returns `status`.
   grpc::Status Record(const char* method, const grpc::Status& status) const;
   // Counts and logs one finished Generate call.
@@ -115,7 +115,7 @@ class GenerationServiceImpl final : public detail::RawCallbackService {
 
   const GrpcOptions options_;
   ServerMetrics* const metrics_;
-  std::atomic<EngineClient*> engine_{nullptr};
+  std::atomic<Engine*> engine_{nullptr};
   ModelLimits limits_;          // set before engine_ is published
   int64_t created_unix_s_ = 0;  // when SetEngine ran (ModelCard.created)
   std::atomic<bool> draining_{false};

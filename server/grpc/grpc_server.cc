@@ -76,7 +76,7 @@ int GrpcServer::Start() {
   return port;
 }
 
-void GrpcServer::SetEngine(EngineClient* engine) {
+void GrpcServer::SetEngine(Engine* engine) {
   service_->SetEngine(engine);
   cv_.notify_all();  // SERVING now rather than at the next period
 }
@@ -95,7 +95,7 @@ int64_t GrpcServer::in_flight() const {
 }
 
 bool GrpcServer::Serving() const {
-  const EngineClient* engine = service_->engine();
+  const Engine* engine = service_->engine();
   if (engine == nullptr || service_->draining()) return false;
   const EngineStats stats = engine->Stats();
   return stats.alive && !stats.draining;

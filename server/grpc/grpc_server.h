@@ -9,7 +9,7 @@
 #include <mutex>
 #include <thread>
 
-#include "engine/runtime/engine_client.h"
+#include "engine/runtime/engine.h"
 #include "server/grpc/generation_service.h"
 #include "server/metrics/server_metrics.h"
 
@@ -44,9 +44,9 @@ class GrpcServer {
   int Start();
   /// Publishes the loaded engine (not owned; it must outlive the server);
   /// health turns SERVING.
-  void SetEngine(EngineClient* engine);
+  void SetEngine(Engine* engine);
   /// Health NOT_SERVING and new calls UNAVAILABLE; Generate calls in flight
-  /// continue (the caller drains the engine: EngineClient::StartDraining).
+  /// continue (the caller drains the engine: Engine::StartDraining).
   void StartDraining();
   /// Waits until no Generate call is in flight or `deadline`; true when idle.
   bool WaitIdle(std::chrono::steady_clock::time_point deadline);

@@ -23,7 +23,7 @@
 #include "engine/parallel/tp_devices.h"
 #include "engine/parallel/tp_plan.h"
 #include "engine/quant/quant_config.h"
-#include "engine/runtime/engine_client.h"
+#include "engine/runtime/engine.h"
 #include "engine/runtime/generator.h"
 #include "server/cli_commands.h"
 #include "server/grpc/grpc_server.h"
@@ -161,7 +161,7 @@ std::string KvCacheLine(const EngineInfo& info, const ModelConfig& config) {
 // health NOT_SERVING and new calls UNAVAILABLE at once; in-flight requests of
 // both get --shutdown-timeout to finish (a second signal cuts it short), then
 // are aborted; then the servers and the engine stop. `grpc` may be null.
-void Drain(http::HttpServer& server, grpc_api::GrpcServer* grpc, EngineClient& engine,
+void Drain(http::HttpServer& server, grpc_api::GrpcServer* grpc, Engine& engine,
            SignalWaiter& signals, double timeout_s) {
   server.StartDraining();  // closes idle keep-alive connections; new requests 503
   if (grpc != nullptr) grpc->StartDraining();
@@ -204,7 +204,7 @@ constexpr double kFailureWriteSeconds = 2.0;
 constexpr double kFailureProbeSeconds = 1.0;
 
 [[noreturn]] void StopAfterEngineFailure(http::HttpServer& server, grpc_api::GrpcServer* grpc,
-                                         EngineClient& engine) {
+                                         Engine& engine) {
   const auto failed_at = Clock::now();
   const auto seconds = [&](double s) {
     return failed_at +
@@ -286,7 +286,7 @@ void RunServe(ServeArgs& args) {
   ServerMetrics metrics;
   // Declared before the server: destroyed after it (the server's
   // connections abort their engine requests as they go).
-  std::unique_ptr<EngineClient> engine;
+  std::unique_ptr<Engine> engine;
   http::HttpServer server(args.http, &metrics);
   const int port = server.Bind();
   server.Start();
@@ -310,7 +310,7 @@ void RunServe(ServeArgs& args) {
       std::fflush(stderr);
     }
     const auto load_start = Clock::now();
-    engine = std::make_unique<EngineClient>(args.engine, &metrics);
+    engine = std::make_unique<Engine>(args.engine, &metrics);
     server.state().SetEngine(engine.get());
     if (grpc != nullptr) grpc->SetEngine(engine.get());
     spdlog::info("model {} loaded in {:.2f} s as \"{}\" (max_model_len {})",

@@ -140,8 +140,8 @@ class GenerationBody final : public DeferredBody {
   bool opened_ = false;
 };
 
-void Run(ServerState& state, HttpResponse& res, EngineClient& engine,
-         std::vector<ChoiceSpec> choices, const GenerationParams& params, bool want_logprobs,
+void Run(ServerState& state, HttpResponse& res, Engine& engine, std::vector<ChoiceSpec> choices,
+         const GenerationParams& params, bool want_logprobs,
          std::shared_ptr<const Endpoint> endpoint) {
   int64_t output_tokens = 0;  // request limits (server/guard): the response's size
   for (const ChoiceSpec& c : choices) output_tokens += c.request.sampling.max_tokens;
@@ -166,7 +166,7 @@ void Run(ServerState& state, HttpResponse& res, EngineClient& engine,
 }  // namespace
 
 void HandleCompletions(ServerState& state, const HttpRequest& req, HttpResponse& res) {
-  EngineClient& engine = state.ReadyEngine();
+  Engine& engine = state.ReadyEngine();
   CompletionRequest r = ParseCompletionRequest(ParseJsonBody(req), state.model());
   if (r.params.constraint) {
     r.params.sampling.grammar = CompileConstraint(*r.params.constraint, engine.grammars());
@@ -204,7 +204,7 @@ void HandleCompletions(ServerState& state, const HttpRequest& req, HttpResponse&
 }
 
 void HandleChatCompletions(ServerState& state, const HttpRequest& req, HttpResponse& res) {
-  EngineClient& engine = state.ReadyEngine();
+  Engine& engine = state.ReadyEngine();
   ChatRequest r = ParseChatRequest(ParseJsonBody(req), state.model());
   const ChatTemplate& chat = state.chat_template();
   const nlohmann::ordered_json tools = TemplateTools(req.body, r.tools, chat);

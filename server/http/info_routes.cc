@@ -30,7 +30,7 @@ void HandleModels(ServerState& state, const HttpRequest&, HttpResponse& res) {
 }
 
 void HandleTokenize(ServerState& state, const HttpRequest& req, HttpResponse& res) {
-  EngineClient& engine = state.ReadyEngine();
+  Engine& engine = state.ReadyEngine();
   const json body = ParseJsonBody(req);
   CheckModelName(body, state.model().served_model_name);
   std::vector<int32_t> tokens;
@@ -61,7 +61,7 @@ void HandleTokenize(ServerState& state, const HttpRequest& req, HttpResponse& re
 }
 
 void HandleDetokenize(ServerState& state, const HttpRequest& req, HttpResponse& res) {
-  EngineClient& engine = state.ReadyEngine();
+  Engine& engine = state.ReadyEngine();
   const json body = ParseJsonBody(req);
   CheckModelName(body, state.model().served_model_name);
   if (FindField(body, "tokens") == nullptr) {
@@ -74,7 +74,7 @@ void HandleDetokenize(ServerState& state, const HttpRequest& req, HttpResponse& 
 
 void HandleHealth(ServerState& state, const HttpRequest&, HttpResponse& res) {
   // 200 only when loaded, the engine loop alive and not draining (issue 4).
-  const EngineClient* engine = state.engine();
+  const Engine* engine = state.engine();
   const char* status = "ok";
   if (engine == nullptr) {
     status = "loading";
@@ -90,7 +90,7 @@ void HandleLivez(ServerState& state, const HttpRequest&, HttpResponse& res) {
   // Liveness (Kubernetes livenessProbe): fails only when a loaded engine's
   // loop has died, the one state a restart fixes. Loading, draining and being
   // busy are alive: /health (readiness) covers those without a restart.
-  const EngineClient* engine = state.engine();
+  const Engine* engine = state.engine();
   bool dead = false;
   if (engine != nullptr && !state.draining()) {
     const EngineStats stats = engine->Stats();  // one snapshot (a lock and a copy)
@@ -101,7 +101,7 @@ void HandleLivez(ServerState& state, const HttpRequest&, HttpResponse& res) {
 
 void HandleMetrics(ServerState& state, const HttpRequest&, HttpResponse& res) {
   if (state.metrics() == nullptr) throw ApiException(ApiError{404, "no metrics", "", "", ""});
-  const EngineClient* engine = state.engine();
+  const Engine* engine = state.engine();
   static const EngineInfo kNoInfo;
   const std::string text =
       state.metrics()->Render(engine ? engine->Stats() : EngineStats{},

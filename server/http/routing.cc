@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "engine/common/error.h"
-#include "engine/runtime/engine_client.h"
+#include "engine/runtime/engine.h"
 #include "server/http/json_fields.h"
 
 namespace tq::http {
@@ -108,7 +108,7 @@ void Guarded(ServerState& state, const RouteHandler& handler, const HttpRequest&
   } catch (const EngineUnavailable& e) {
     SendError(res, Unavailable(std::string("the engine takes no requests: ") + e.what()));
   } catch (const Error& e) {
-    // EngineClient::Submit validates too; what it refuses is the request's fault.
+    // Engine::Submit validates too; what it refuses is the request's fault.
     SendError(res, BadRequest(e.what()));
   } catch (const std::exception& e) {
     spdlog::error("{} {}: {}", req.method, req.path, e.what());

@@ -6,7 +6,7 @@
 
 namespace tq::http {
 
-void ServerState::SetEngine(EngineClient* engine) {
+void ServerState::SetEngine(Engine* engine) {
   model_.served_model_name = options_.served_model_name;
   model_.max_model_len = engine->info().max_model_len;
   model_.vocab_size = engine->info().vocab_size;
@@ -17,9 +17,9 @@ void ServerState::SetEngine(EngineClient* engine) {
   engine_.store(engine, std::memory_order_release);
 }
 
-EngineClient& ServerState::ReadyEngine() const {
+Engine& ServerState::ReadyEngine() const {
   if (draining()) throw ApiException(Unavailable("the server is shutting down"));
-  EngineClient* engine = this->engine();
+  Engine* engine = this->engine();
   if (engine == nullptr) throw ApiException(Unavailable("the model is loading; retry shortly"));
   return *engine;
 }

@@ -10,7 +10,7 @@
 #include <mutex>
 #include <string>
 
-#include "engine/runtime/engine_client.h"
+#include "engine/runtime/engine.h"
 #include "server/guard/http_guard.h"
 #include "server/http/generation_params.h"
 #include "server/metrics/server_metrics.h"
@@ -58,11 +58,11 @@ class ServerState {
   /// Publishes the loaded engine (not owned; it must outlive the server):
   /// builds the model context and the chat template first (throws tq::Error
   /// for a template that does not parse), then makes the API available.
-  void SetEngine(EngineClient* engine);
+  void SetEngine(Engine* engine);
   /// Null while loading.
-  EngineClient* engine() const { return engine_.load(std::memory_order_acquire); }
+  Engine* engine() const { return engine_.load(std::memory_order_acquire); }
   /// The engine for an API call; throws ApiException 503 while loading or draining.
-  EngineClient& ReadyEngine() const;
+  Engine& ReadyEngine() const;
   /// The served model's limits and defaults; valid once engine() is non-null.
   const ModelContext& model() const { return model_; }
   /// The model's chat template (or the fallback); valid once engine() is non-null.
@@ -95,7 +95,7 @@ class ServerState {
  private:
   const HttpOptions options_;
   ServerMetrics* const metrics_;
-  std::atomic<EngineClient*> engine_{nullptr};
+  std::atomic<Engine*> engine_{nullptr};
   ModelContext model_;
   std::unique_ptr<ChatTemplate> chat_template_;
   std::atomic<bool> draining_{false};

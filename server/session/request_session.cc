@@ -5,11 +5,11 @@
 #include <condition_variable>
 #include <mutex>
 
-#include "engine/runtime/engine_client.h"
+#include "engine/runtime/engine.h"
 
 namespace tq {
 
-SessionEngine SessionEngine::Of(EngineClient& engine) {
+SessionEngine SessionEngine::Of(Engine& engine) {
   return {[&engine](EngineRequest r) { return engine.Submit(std::move(r)); },
           [&engine](const std::string& id, FinishReason reason) { engine.Abort(id, reason); }};
 }

@@ -17,9 +17,9 @@
 
 namespace tq {
 
-class EngineClient;
+class Engine;
 
-/// How a session reaches the engine: EngineClient::Submit / Abort in the
+/// How a session reaches the engine: Engine::Submit / Abort in the
 /// daemon, a fake in tests. submit may throw EngineUnavailable or tq::Error;
 /// abort gets kStop for a stop string (counted as a stop, as vLLM does) and
 /// kAbort for a client that went away.
@@ -28,7 +28,7 @@ struct SessionEngine {
   std::function<void(const std::string&, FinishReason)> abort;
 
   /// `engine`'s Submit and Abort (thread-safe; `engine` must outlive the session).
-  static SessionEngine Of(EngineClient& engine);
+  static SessionEngine Of(Engine& engine);
 };
 
 /// Why a session failed (the front end picks the status: HTTP 500/503, gRPC

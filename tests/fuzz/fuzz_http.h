@@ -30,7 +30,7 @@ inline const http::ModelContext& BundledContext() {
   return ctx;
 }
 
-/// A fresh grammar cache over the bundled vocabulary (EngineClient::grammars
+/// A fresh grammar cache over the bundled vocabulary (Engine::grammars
 /// builds the same), so that no input's compiled grammar outlives it.
 inline std::unique_ptr<structured::GrammarCache> BundledGrammars() {
   static const std::shared_ptr<const structured::TokenVocabulary> vocab = [] {

@@ -1,7 +1,7 @@
 # The continuous-batching engine: scheduler tables (fake runner), batched
 # execution on the bundled model against one-at-a-time generation, the engine
 # thread and its client.
-tq_unit_test(tq_test_engine test_scheduler.cc test_prefix_cache.cc test_engine_core.cc test_engine_client.cc
+tq_unit_test(tq_test_engine test_scheduler.cc test_prefix_cache.cc test_engine_core.cc test_engine.cc
              test_candidate_sampling.cc test_prefix_cache_model.cc)
 
 # The grammar engine (engine/structured): grammar/regex/JSON Schema tables,

@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/runtime/engine_client.h"
+#include "engine/runtime/engine.h"
 #include "engine/runtime/generator.h"
 #include "server/grpc/grpc_server.h"
 #include "server/metrics/server_metrics.h"
@@ -62,7 +62,7 @@ struct TestServer {
                                   grpc::InsecureChannelCredentials());
     stub = pb::GenerationService::NewStub(channel);
     if (load) {
-      engine = std::make_unique<EngineClient>(Fp32Options(), &metrics);
+      engine = std::make_unique<Engine>(Fp32Options(), &metrics);
       server->SetEngine(engine.get());
     }
   }
@@ -72,7 +72,7 @@ struct TestServer {
   }
 
   ServerMetrics metrics;
-  std::unique_ptr<EngineClient> engine;
+  std::unique_ptr<Engine> engine;
   std::unique_ptr<grpc_api::GrpcServer> server;
   int port = 0;
   std::shared_ptr<grpc::Channel> channel;
@@ -117,7 +117,7 @@ inline pb::GenerateRequest GreedyRequest(const std::string& text, int32_t max_to
 
 /// Polls the engine's stats until nothing runs, waits or holds a KV block,
 /// or `limit` passes; returns the last stats.
-inline EngineStats WaitEngineIdle(const EngineClient& engine,
+inline EngineStats WaitEngineIdle(const Engine& engine,
                                   std::chrono::milliseconds limit = std::chrono::seconds(2)) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
   EngineStats s = engine.Stats();

@@ -41,7 +41,7 @@ bool WaitUntil(Pred pred, milliseconds limit = milliseconds(2000)) {
   return pred();
 }
 
-void ExpectEngineIdle(const EngineClient& engine) {
+void ExpectEngineIdle(const Engine& engine) {
   const EngineStats s = WaitEngineIdle(engine, milliseconds(1000));
   EXPECT_EQ(s.num_running, 0);
   EXPECT_EQ(s.num_waiting, 0);
@@ -191,7 +191,7 @@ TEST(GrpcLifecycle, LoadingThenServingThenDraining) {
   grpc::ClientContext c0;
   EXPECT_EQ(s.stub->GetServerInfo(&c0, {}, &info).error_code(), grpc::StatusCode::UNAVAILABLE);
 
-  s.engine = std::make_unique<EngineClient>(Fp32Options(), &s.metrics);
+  s.engine = std::make_unique<Engine>(Fp32Options(), &s.metrics);
   s.server->SetEngine(s.engine.get());
   EXPECT_TRUE(WaitUntil([&] { return HealthCheck(*s.channel, "").second == 1; }));
   EXPECT_EQ(HealthCheck(*s.channel, grpc_api::kGenerationServiceName).second, 1);

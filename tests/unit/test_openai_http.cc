@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "engine/runtime/engine_client.h"
+#include "engine/runtime/engine.h"
 #include "engine/runtime/generator.h"
 #include "server/http/http_server.h"
 
@@ -55,7 +55,7 @@ class HttpRoutes : public ::testing::Test {
   }
 
   ServerMetrics metrics_;
-  std::unique_ptr<EngineClient> engine_;  // outlives server_ (declared before it)
+  std::unique_ptr<Engine> engine_;  // outlives server_ (declared before it)
   std::unique_ptr<HttpServer> server_;
   std::unique_ptr<httplib::Client> client_;
   int port_ = 0;
@@ -84,8 +84,8 @@ TEST_F(HttpRoutes, LivezIs503OnlyOnceTheEngineLoopIsGone) {
   options.model_dir = TQ_MODEL_DIR;
   options.num_threads = 1;
   options.kv_cache_memory = 4 << 20;
-  engine_ = std::make_unique<EngineClient>(options);
-  EngineClient& engine = *engine_;
+  engine_ = std::make_unique<Engine>(options);
+  Engine& engine = *engine_;
   server_->state().SetEngine(&engine);
   auto health = client_->Get("/health");
   auto livez = client_->Get("/livez");

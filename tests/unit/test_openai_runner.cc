@@ -9,7 +9,7 @@
 #include <set>
 
 #include "engine/common/error.h"
-#include "engine/runtime/engine_client.h"
+#include "engine/runtime/engine.h"
 #include "server/http/request_runner.h"
 
 namespace tq::http {

@@ -82,9 +82,9 @@ class Counter : public EngineObserver {
 
 // One EngineCore over a loaded model; waves of requests run to completion
 // one after another in it (the cache persists between waves).
-class Engine {
+class CachingEngine {
  public:
-  Engine(LoadedModel& m, bool caching, int32_t num_blocks = 0, int32_t budget = 512) {
+  CachingEngine(LoadedModel& m, bool caching, int32_t num_blocks = 0, int32_t budget = 512) {
     SchedulerConfig c;
     c.max_num_seqs = 64;
     c.max_num_batched_tokens = budget;
@@ -141,7 +141,7 @@ void ExpectSameTokens(const std::map<std::string, EngineOutput>& off,
 
 // Runs `waves` one after another in one engine; all engines of a test share
 // the model's KV memory, so each runs all its waves before the next starts.
-std::map<std::string, EngineOutput> RunWaves(Engine& e,
+std::map<std::string, EngineOutput> RunWaves(CachingEngine& e,
                                              const std::vector<std::vector<EngineRequest>>& waves) {
   std::map<std::string, EngineOutput> all;
   for (const auto& wave : waves) all.merge(e.Run(wave));
@@ -180,7 +180,7 @@ TEST_F(PrefixCacheModel, SharedSystemPromptWith32Questions) {
     SCOPED_TRACE(temperature);
     // The first question alone fills the cache; the other 31 arrive together.
     const auto waves = FirstThenRest(SystemPromptRequests(*model_->tokenizer, 32, 4, temperature));
-    Engine off(*model_, false), on(*model_, true);
+    CachingEngine off(*model_, false), on(*model_, true);
     const auto want = RunWaves(off, waves);
     auto got = RunWaves(on, waves);
     ExpectSameTokens(want, got);
@@ -198,7 +198,7 @@ TEST_F(PrefixCacheModel, MultiTurnChatReplayedTurnByTurn) {
   for (double temperature : {0.0, 1.0}) {
     SCOPED_TRACE(temperature);
     // Turn by turn in one engine; the reference engine's turns first.
-    auto chat = [&](Engine& e) {
+    auto chat = [&](CachingEngine& e) {
       std::vector<int32_t> history = Slice(text, 0, 40);
       std::map<std::string, EngineOutput> outputs;
       for (int turn = 0; turn < 5; ++turn) {
@@ -210,9 +210,9 @@ TEST_F(PrefixCacheModel, MultiTurnChatReplayedTurnByTurn) {
       }
       return outputs;
     };
-    Engine off(*model_, false);
+    CachingEngine off(*model_, false);
     const auto want = chat(off);
-    Engine on(*model_, true);
+    CachingEngine on(*model_, true);
     auto got = chat(on);
     ExpectSameTokens(want, got);
     for (int turn = 1; turn < 5; ++turn) {
@@ -231,7 +231,7 @@ TEST_F(PrefixCacheModel, FourChoicesOfOnePromptComputeItOnce) {
     for (int i = 0; i < 4; ++i) {
       rs.push_back(Req("c" + std::to_string(i), prompt, 10, temperature, 1234 + i));
     }
-    Engine off(*model_, false), on(*model_, true);
+    CachingEngine off(*model_, false), on(*model_, true);
     const auto want = off.Run(rs);
     auto got = on.Run(rs);
     ExpectSameTokens(want, got);
@@ -248,7 +248,7 @@ TEST_F(PrefixCacheModel, PrefixesOfEachOtherAndAnEntirelyCachedPrompt) {
   }
   std::vector<std::vector<EngineRequest>> waves;  // one after another: each finds the earlier
   for (const EngineRequest& r : rs) waves.push_back({r});
-  Engine off(*model_, false), on(*model_, true);
+  CachingEngine off(*model_, false), on(*model_, true);
   const auto want = RunWaves(off, waves);
   auto got = RunWaves(on, waves);
   ExpectSameTokens(want, got);
@@ -271,7 +271,7 @@ TEST_F(PrefixCacheModel, TinyPoolEvictsCachedBlocksAndPreempts) {
       rs.push_back(Req("o" + std::to_string(i), Concat(Slice(text, 1000, 300), Slice(text, 30, 5)),
                        30, temperature, 9 + i));
     }
-    Engine big(*model_, false), off(*model_, false, 30), on(*model_, true, 30);
+    CachingEngine big(*model_, false), off(*model_, false, 30), on(*model_, true, 30);
     const auto want = big.Run(rs);
     ExpectSameTokens(want, off.Run(rs));
     ExpectSameTokens(want, on.Run(rs));
@@ -283,7 +283,7 @@ TEST_F(PrefixCacheModel, TinyPoolEvictsCachedBlocksAndPreempts) {
 
 TEST_F(PrefixCacheModel, ChunkedPrefillWithASmallBudget) {
   const auto waves = FirstThenRest(SystemPromptRequests(*model_->tokenizer, 6, 6, 0.0));
-  Engine off(*model_, false, 0, 50), on(*model_, true, 0, 50);
+  CachingEngine off(*model_, false, 0, 50), on(*model_, true, 0, 50);
   const auto want = RunWaves(off, waves);
   auto got = RunWaves(on, waves);
   ExpectSameTokens(want, got);
@@ -304,7 +304,7 @@ TEST(PrefixCacheModelDtypes, EveryKvDtypeAndTwoRanks) {
     SCOPED_TRACE(std::string(kernels::KvDtypeName(c.dtype)) + " tp " + std::to_string(c.tp));
     LoadedModel m = LoadModel(Options(c.dtype, c.tp));
     const auto waves = FirstThenRest(SystemPromptRequests(*m.tokenizer, 5, 6, 1.0));
-    Engine off(m, false), on(m, true);
+    CachingEngine off(m, false), on(m, true);
     const auto want = RunWaves(off, waves);
     auto got = RunWaves(on, waves);
     ExpectSameTokens(want, got);

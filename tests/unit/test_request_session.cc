@@ -15,7 +15,7 @@
 #include <optional>
 #include <thread>
 
-#include "engine/runtime/engine_client.h"
+#include "engine/runtime/engine.h"
 #include "server/session/request_session.h"
 
 namespace tq {

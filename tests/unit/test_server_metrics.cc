@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/runtime/engine_client.h"
+#include "engine/runtime/engine.h"
 #include "engine/runtime/generator.h"
 #include "server/metrics/host_memory.h"
 #include "server/metrics/server_metrics.h"
@@ -605,7 +605,7 @@ TEST_F(ServerMetricsPromtool, EngineOnBundledModel) {
   options.model_dir = TQ_MODEL_DIR;
   options.num_threads = 1;
   options.kv_cache_memory = 4 << 20;
-  EngineClient client(options, &metrics);
+  Engine client(options, &metrics);
   auto request = [&](const char* id, const char* prompt, int32_t max_tokens) {
     EngineRequest r;
     r.request_id = id;

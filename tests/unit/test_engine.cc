@@ -1,4 +1,4 @@
-// The engine thread behind EngineClient: concurrent submitters get exactly
+// The engine thread behind Engine: concurrent submitters get exactly
 // what tq::Generator gives alone; aborts free every KV block; draining and
 // shutdown end every stream; bad requests are refused with a message.
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/common/error.h"
-#include "engine/runtime/engine_client.h"
+#include "engine/runtime/engine.h"
 #include "engine/runtime/generator.h"
 #include "watchdog.h"
 
@@ -55,7 +55,7 @@ EngineRequest Greedy(const std::string& id, std::vector<int32_t> prompt, int32_t
 
 // Waits until `pred(stats)` or the deadline; returns the last stats.
 template <typename Pred>
-EngineStats WaitFor(const EngineClient& c, Pred pred, milliseconds limit = milliseconds(1000)) {
+EngineStats WaitFor(const Engine& c, Pred pred, milliseconds limit = milliseconds(1000)) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
   EngineStats s = c.Stats();
   while (!pred(s) && std::chrono::steady_clock::now() < deadline) {
@@ -65,9 +65,9 @@ EngineStats WaitFor(const EngineClient& c, Pred pred, milliseconds limit = milli
   return s;
 }
 
-TEST(EngineClient, ConcurrentSubmittersGetTheirOwnOutputs) {
+TEST(Engine, ConcurrentSubmittersGetTheirOwnOutputs) {
   testing::Watchdog watchdog("ConcurrentSubmitters", std::chrono::seconds(120));
-  EngineClient client(ClientOptions());
+  Engine client(ClientOptions());
   Generator alone(ClientOptions());
   const char* prompts[] = {"Once upon a time", "The dog",      "Lily saw a bird",  "Tom was sad",
                            "One day",          "The big tree", "A girl named Sue", "They played"};
@@ -94,9 +94,9 @@ TEST(EngineClient, ConcurrentSubmittersGetTheirOwnOutputs) {
   EXPECT_GT(s.num_steps, 0);
 }
 
-TEST(EngineClient, AbortMidStreamFreesEveryBlock) {
+TEST(Engine, AbortMidStreamFreesEveryBlock) {
   testing::Watchdog watchdog("AbortMidStream", std::chrono::seconds(60));
-  EngineClient client(ClientOptions());
+  Engine client(ClientOptions());
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (int i = 0; i < 20; ++i) {
     EngineRequest r = Greedy(Id("a", i), client.tokenizer().Encode("Once upon"), 400);
@@ -131,9 +131,9 @@ TEST(EngineClient, AbortMidStreamFreesEveryBlock) {
   EXPECT_EQ(after.token_ids.size(), 3u);
 }
 
-TEST(EngineClient, DrainRefusesNewWorkAndFinishesAccepted) {
+TEST(Engine, DrainRefusesNewWorkAndFinishesAccepted) {
   testing::Watchdog watchdog("Drain", std::chrono::seconds(60));
-  EngineClient client(ClientOptions());
+  Engine client(ClientOptions());
   auto stream = client.Submit(Greedy("d", client.tokenizer().Encode("Once upon a time"), 50));
   client.StartDraining();
   EXPECT_TRUE(client.Stats().draining);
@@ -143,9 +143,9 @@ TEST(EngineClient, DrainRefusesNewWorkAndFinishesAccepted) {
   EXPECT_GT(out.token_ids.size(), 0u);
 }
 
-TEST(EngineClient, ShutdownAbortsInFlightRequests) {
+TEST(Engine, ShutdownAbortsInFlightRequests) {
   testing::Watchdog watchdog("Shutdown", std::chrono::seconds(60));
-  EngineClient client(ClientOptions());
+  Engine client(ClientOptions());
   EngineRequest r = Greedy("s", {1, 403}, 450);
   r.sampling.ignore_eos = true;
   auto stream = client.Submit(std::move(r));
@@ -158,8 +158,8 @@ TEST(EngineClient, ShutdownAbortsInFlightRequests) {
   client.Shutdown();  // idempotent
 }
 
-TEST(EngineClient, RefusesBadRequestsWithAMessage) {
-  EngineClient client(ClientOptions());
+TEST(Engine, RefusesBadRequestsWithAMessage) {
+  Engine client(ClientOptions());
   auto message = [&](EngineRequest r) -> std::string {
     try {
       client.Submit(std::move(r));
@@ -181,9 +181,9 @@ TEST(EngineClient, RefusesBadRequestsWithAMessage) {
   EXPECT_EQ(message(Greedy("", {1}, 5)), "request_id is empty");
 }
 
-TEST(EngineClient, DuplicateLiveRequestIdIsAnError) {
+TEST(Engine, DuplicateLiveRequestIdIsAnError) {
   testing::Watchdog watchdog("Duplicate", std::chrono::seconds(60));
-  EngineClient client(ClientOptions());
+  Engine client(ClientOptions());
   EngineRequest r = Greedy("dup", {1, 403}, 300);
   r.sampling.ignore_eos = true;
   auto first = client.Submit(r);

@@ -1,4 +1,5 @@
-// The thread-safe face of the engine: submit, stream, abort, observe.
+// The serving engine: owns the engine thread and the model; a thread-safe
+// interface to submit, stream, abort and observe.
 #pragma once
 
 #include <memory>
@@ -32,15 +33,15 @@ class EngineUnavailable : public std::runtime_error {
 /// Threads: the engine thread alone touches the scheduler, the KV cache and
 /// the model; callers only enqueue commands (submit, abort) under a mutex and
 /// read outputs from their RequestStream and stats from a snapshot.
-class EngineClient {
+class Engine {
  public:
   /// Loads the model (throws tq::Error on bad files or flags, as Generator)
   /// and starts the engine thread. `observer` (may be null) must outlive this.
-  explicit EngineClient(const EngineOptions& options, EngineObserver* observer = nullptr);
+  explicit Engine(const EngineOptions& options, EngineObserver* observer = nullptr);
   /// Aborts what is left and joins the engine thread (Shutdown).
-  ~EngineClient();
-  EngineClient(const EngineClient&) = delete;
-  EngineClient& operator=(const EngineClient&) = delete;
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
 
   /// Validates the request (throws tq::Error with a message naming the field:
   /// empty prompt, id out of range, prompt longer than max_model_len, bad

@@ -1,7 +1,7 @@
 // The engine thread and the thread-safe client in front of it (see
-// engine_client.h). Commands travel one way, client -> engine thread, through
+// engine.h). Commands travel one way, client -> engine thread, through
 // a mutex-guarded queue; outputs travel back through each RequestStream.
-#include "engine/runtime/engine_client.h"
+#include "engine/runtime/engine.h"
 
 #include <condition_variable>
 #include <cstdio>
@@ -66,7 +66,7 @@ EngineInfo DescribeEngine(const EngineOptions& options, const LoadedModel& m) {
 
 }  // namespace
 
-struct EngineClient::State {
+struct Engine::State {
   explicit State(const EngineOptions& o) : options(o), model(LoadModel(o)) {}
 
   EngineOptions options;
@@ -91,7 +91,7 @@ struct EngineClient::State {
   void Publish();
 };
 
-void EngineClient::State::Apply(Command& command) {
+void Engine::State::Apply(Command& command) {
   if (auto* add = std::get_if<AddCommand>(&command)) {
     if (core->scheduler().HasRequest(add->request.request_id)) {
       EngineOutput out;
@@ -111,7 +111,7 @@ void EngineClient::State::Apply(Command& command) {
   }
 }
 
-void EngineClient::State::Publish() {
+void Engine::State::Publish() {
   EngineStats s = core->Stats();
   std::lock_guard<std::mutex> lock(mu);
   s.alive = !failed && !stopped;
@@ -119,7 +119,7 @@ void EngineClient::State::Publish() {
   stats = s;
 }
 
-void EngineClient::State::Run() {
+void Engine::State::Run() {
   std::string failure;
   for (;;) {
     std::deque<Command> batch;
@@ -169,7 +169,7 @@ void EngineClient::State::Run() {
   Publish();
 }
 
-EngineClient::EngineClient(const EngineOptions& options, EngineObserver* observer)
+Engine::Engine(const EngineOptions& options, EngineObserver* observer)
     : state_(std::make_unique<State>(options)) {
   State& s = *state_;
   s.info = DescribeEngine(options, s.model);
@@ -189,11 +189,11 @@ EngineClient::EngineClient(const EngineOptions& options, EngineObserver* observe
   s.thread = std::thread([&s] { s.Run(); });
 }
 
-EngineClient::~EngineClient() {
+Engine::~Engine() {
   Shutdown();
 }
 
-std::shared_ptr<RequestStream> EngineClient::Submit(EngineRequest request) {
+std::shared_ptr<RequestStream> Engine::Submit(EngineRequest request) {
   State& s = *state_;
   if (request.request_id.empty()) throw Error("request_id is empty");
   CheckRequestIds(request.prompt_ids, request.sampling, s.info.max_model_len, s.info.vocab_size);
@@ -213,7 +213,7 @@ std::shared_ptr<RequestStream> EngineClient::Submit(EngineRequest request) {
   return stream;
 }
 
-void EngineClient::Abort(const std::string& request_id, FinishReason reason) {
+void Engine::Abort(const std::string& request_id, FinishReason reason) {
   if (request_id.empty()) return;
   {
     std::lock_guard<std::mutex> lock(state_->mu);
@@ -222,7 +222,7 @@ void EngineClient::Abort(const std::string& request_id, FinishReason reason) {
   state_->cv.notify_one();
 }
 
-void EngineClient::AbortAll() {
+void Engine::AbortAll() {
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->commands.push_back(AbortCommand{});
@@ -230,13 +230,13 @@ void EngineClient::AbortAll() {
   state_->cv.notify_one();
 }
 
-void EngineClient::StartDraining() {
+void Engine::StartDraining() {
   std::lock_guard<std::mutex> lock(state_->mu);
   state_->draining = true;
   state_->stats.draining = true;
 }
 
-void EngineClient::Shutdown() {
+void Engine::Shutdown() {
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->stop = true;
@@ -245,7 +245,7 @@ void EngineClient::Shutdown() {
   if (state_->thread.joinable()) state_->thread.join();
 }
 
-EngineStats EngineClient::Stats() const {
+EngineStats Engine::Stats() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   EngineStats s = state_->stats;
   // Dead from the moment the loop ends, not only after its last Publish: a
@@ -254,17 +254,17 @@ EngineStats EngineClient::Stats() const {
   return s;
 }
 
-const EngineInfo& EngineClient::info() const {
+const EngineInfo& Engine::info() const {
   return state_->info;
 }
-const Tokenizer& EngineClient::tokenizer() const {
+const Tokenizer& Engine::tokenizer() const {
   return *state_->model.tokenizer;
 }
-const ModelFiles& EngineClient::files() const {
+const ModelFiles& Engine::files() const {
   return state_->model.files;
 }
 
-structured::GrammarCache& EngineClient::grammars() const {
+structured::GrammarCache& Engine::grammars() const {
   State& s = *state_;
   std::call_once(s.grammars_once, [&s] {
     std::vector<int32_t> eos = s.model.files.config.eos_token_ids;
