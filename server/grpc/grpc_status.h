@@ -37,7 +37,7 @@ RpcError Refused(const std::string& field, const guard::Refusal& refusal);
 /// "must be in (0, 1], got 2").
 RpcError InvalidArgument(const std::string& field, const std::string& problem);
 /// NOT_FOUND for a model name other than the served one (OpenAI's 404
-/// model_not_found; the HTTP API says 400 for the same thing).
+/// model_not_found, as the HTTP API answers it).
 RpcError ModelNotFound(const std::string& model);
 /// UNAVAILABLE: loading, draining, engine stopped or failed.
 RpcError Unavailable(const std::string& message);

@@ -108,8 +108,11 @@ GenerationParams ParseGenerationParams(const json& body, const ModelContext& ctx
 void CheckModelName(const json& body, const std::string& served_name) {
   const auto model = GetString(body, "model");
   if (model && *model != served_name) {
-    throw ApiException(
-        BadRequest("The model `" + *model + "` does not exist.", "model", "model_not_found"));
+    // 404 as OpenAI's API and vLLM answer it (the openai clients' NotFoundError).
+    ApiError e =
+        BadRequest("The model `" + *model + "` does not exist.", "model", "model_not_found");
+    e.status = 404;
+    throw ApiException(std::move(e));
   }
 }
 

@@ -55,8 +55,8 @@ struct GenerationParams {
 GenerationParams ParseGenerationParams(const nlohmann::json& body, const ModelContext& ctx,
                                        std::optional<int32_t> default_max_tokens);
 
-/// 400 model_not_found unless body["model"] is absent, null or `served_name`
-/// (a wrong type is a 400 naming "model").
+/// 404 model_not_found (OpenAI's and vLLM's status) unless body["model"] is absent, null or
+/// `served_name` (a wrong type is a 400 naming "model").
 void CheckModelName(const nlohmann::json& body, const std::string& served_name);
 
 /// Throws ApiException 400 context_length_exceeded (reason

@@ -70,9 +70,22 @@ test('a streaming request with a bad parameter gets a plain 400, not a stream', 
   assertErrorBody(await res.json(), 400, 'chat stream n 0');
 });
 
-test('an unknown model is a 400', async () => {
-  await expect400('unknown model', () => completion({ model: 'gpt-4o' }), 'model');
-  await expect400('unknown model (chat)', () => chat({ model: 'nope' }), 'model');
+// OpenAI's API answers an unknown model with 404 model_not_found (the openai
+// client's NotFoundError), as vLLM does.
+test('an unknown model is a 404 model_not_found', async () => {
+  for (const [what, call] of [
+    ['unknown model', () => completion({ model: 'gpt-4o' })],
+    ['unknown model (chat)', () => chat({ model: 'nope' })],
+  ]) {
+    await assert.rejects(call, (err) => {
+      assert.ok(err instanceof OpenAI.NotFoundError, `${what}: ${err}`);
+      assert.equal(err.status, 404);
+      assertErrorBody({ error: err.error }, 404, what);
+      assert.equal(err.error.code, 'model_not_found', what);
+      assert.equal(err.error.param, 'model', what);
+      return true;
+    }, what);
+  }
 });
 
 test('a prompt longer than max-model-len, or prompt + max_tokens too long, is a 400', async () => {

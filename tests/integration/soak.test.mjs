@@ -62,8 +62,7 @@ const BAD = [
   ['/v1/completions', { model: MODEL, prompt: 'x', max_tokens: 10 * MAX_LEN }, 400],
   ['/v1/chat/completions', { model: MODEL, messages: [] }, 400],
   ['/v1/chat/completions', { model: MODEL, messages: [{ role: 'wizard', content: 'x' }] }, 400],
-  // tqserve's documented choice (docs/api.md): 400 model_not_found (OpenAI's API says 404).
-  ['/v1/completions', { model: 'no-such-model', prompt: 'x' }, 400],
+  ['/v1/completions', { model: 'no-such-model', prompt: 'x' }, 404],
 ];
 
 /** Counts of outcomes; `unexpected` holds descriptions of anything else. */

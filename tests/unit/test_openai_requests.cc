@@ -129,8 +129,9 @@ TEST(OpenAiCompletionRequest, StopListLimitAndChoiceLimit) {
 }
 
 TEST(OpenAiCompletionRequest, UnknownModelIsModelNotFound) {
+  // OpenAI's API (and vLLM) answer an unknown model with 404 model_not_found.
   const ApiError e = CompletionError(R"({"prompt": "x", "model": "gpt-4"})");
-  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.status, 404);
   EXPECT_EQ(e.param, "model");
   EXPECT_EQ(e.code, "model_not_found");
   EXPECT_NE(e.message.find("gpt-4"), std::string::npos);
@@ -256,7 +257,6 @@ TEST(OpenAiChatRequest, EachInvalidFieldIs400NamingIt) {
            "top_logprobs": 21})",
        "top_logprobs"},
       {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 1})", "logprobs"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "model": "other"})", "model"},
       {R"({"messages": [{"role": "user", "content": "x"}], "temperature": null,
            "top_p": -0.1})",
        "top_p"},
@@ -267,6 +267,15 @@ TEST(OpenAiChatRequest, EachInvalidFieldIs400NamingIt) {
     EXPECT_EQ(e.status, 400);
     EXPECT_EQ(e.param, c.param);
   }
+}
+
+TEST(OpenAiChatRequest, UnknownModelIsModelNotFound) {
+  const ApiError e =
+      ChatError(R"({"messages": [{"role": "user", "content": "x"}], "model": "other"})");
+  EXPECT_EQ(e.status, 404);
+  EXPECT_EQ(e.param, "model");
+  EXPECT_EQ(e.code, "model_not_found");
+  EXPECT_EQ(ErrorJson(e)["error"]["type"], "invalid_request_error");
 }
 
 TEST(OpenAiChatRequest, MessagesAndDefaults) {
