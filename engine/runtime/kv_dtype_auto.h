@@ -50,7 +50,7 @@ int32_t HeldOutTokenCount(int32_t n);
 
 /// The formats auto may pick, fewest bits per element at head_dim first
 /// (tq3, tq4, int8; `extra` formats are merged in by their bits: the loader
-/// adds tqk3v2 when every rank's backend implements it, i.e. on the CPU).
+/// adds tqk3v2 when the backend implements it, i.e. on the CPU).
 std::vector<kernels::KvDtype> AutoKvCandidates(int32_t head_dim,
                                                std::span<const kernels::KvDtype> extra = {});
 

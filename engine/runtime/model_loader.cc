@@ -339,14 +339,12 @@ KeyChannelStats ChooseKvDtypeAtStartup(LoadedModel& m, const EngineOptions& opti
     }
     return MakeRankCaches(m, layout, tq, 0);
   };
-  // tqk3v2 (CPU-only kernels) is a candidate where every rank's backend has it.
+  // tqk3v2 (CPU-only kernels) is a candidate where the backend has it; every
+  // rank runs on the same --device, as the explicit-dtype check assumes.
   std::vector<kernels::KvDtype> extra;
-  bool all_k3v2 = m.backend->Capabilities().SupportsKvDtype(kernels::KvDtype::kTqK3V2);
-  for (int r = 1; r < world; ++r) {
-    all_k3v2 =
-        all_k3v2 && m.rank_backend(r).Capabilities().SupportsKvDtype(kernels::KvDtype::kTqK3V2);
+  if (m.backend->Capabilities().SupportsKvDtype(kernels::KvDtype::kTqK3V2)) {
+    extra.push_back(kernels::KvDtype::kTqK3V2);
   }
-  if (all_k3v2) extra.push_back(kernels::KvDtype::kTqK3V2);
   const std::vector<kernels::KvDtype> candidates = AutoKvCandidates(c.head_dim, extra);
   m.kv_dtype_choice = ChooseKvDtype(*m.model, held_out, candidates, options.kv_quality_budget,
                                     options.block_size, options.max_num_batched_tokens, make_cache);

@@ -2,7 +2,7 @@
 // needle test of tests/unit/kv_retrieval_needle.h (its comment derives the
 // bound) on the CUDA backend's KvWrite and PagedAttention (split-K decode at
 // 4K/16K/32K contexts, head_dim 128, GQA 4:1), the same cases and dtypes as
-// the CPU test (tests/unit/test_kv_retrieval.cc) but tqk3v2 (no CUDA kernels).
+// the CPU test (tests/unit/test_kv_retrieval.cc) except tqk3v2 (no CUDA kernels).
 // Skips without a GPU.
 #include <gtest/gtest.h>
 

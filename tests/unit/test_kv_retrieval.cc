@@ -16,7 +16,7 @@ using kernels::KvDtype;
 TEST(KvRetrieval, NeedleStaysTop1AndOutputErrorWithinTheBound) {
   auto backend = kernels::CreateCpuBackend(2);
   const KvDtype dtypes[] = {KvDtype::kF32,  KvDtype::kF16, KvDtype::kBF16, KvDtype::kInt8,
-                            KvDtype::kInt4, KvDtype::kTq4, KvDtype::kTq3};
+                            KvDtype::kInt4, KvDtype::kTq4, KvDtype::kTq3,  KvDtype::kTqK3V2};
   needle::RunNeedleRetrieval(*backend, dtypes);
 }
 
