@@ -1,11 +1,11 @@
-// CPU engine speed: prefill and decode tokens/s of tq::Generator on a model
+// CPU engine speed: prefill and decode tokens/s of tq::OfflineEngine on a model
 // directory, for several thread counts measured side by side in one process.
 //
 //   tq_bench_cpu_model --model DIR [--threads 1,2] [--prompt-tokens 256]
 //                      [--decode-tokens 128] [--repeats 3]
 //                      [--max-batched-tokens 512] [--decode-prompt-tokens 8]
 //
-// One Generator per thread count is loaded up front; each repeat then runs
+// One OfflineEngine per thread count is loaded up front; each repeat then runs
 // every thread count in turn (interleaved), so a burst of load from other
 // processes on a shared machine disturbs all columns alike and the ratios
 // between thread counts stay meaningful. Reports the median over repeats (and
@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "engine/model/model_config.h"
-#include "engine/runtime/generator.h"
+#include "engine/runtime/offline_engine.h"
 #include "engine/sampling/sampling_params.h"
 
 namespace {
@@ -119,7 +119,7 @@ Flags ParseFlags(int argc, char** argv) {
   return f;
 }
 
-// Parameter counts from the config (Generator does not expose its weights).
+// Parameter counts from the config (OfflineEngine does not expose its weights).
 struct ParamCount {
   int64_t embed = 0;   // embed_tokens
   int64_t layers = 0;  // all decoder layers (projections + norms)
@@ -191,7 +191,7 @@ struct Result {
   double load_s = 0;
 };
 
-double PrefillOnce(tq::Generator& g, const std::vector<int32_t>& prompt) {
+double PrefillOnce(tq::OfflineEngine& g, const std::vector<int32_t>& prompt) {
   tq::SamplingParams params;
   params.temperature = 0;
   params.max_tokens = 1;
@@ -203,7 +203,7 @@ double PrefillOnce(tq::Generator& g, const std::vector<int32_t>& prompt) {
 
 // Returns tokens/s over steps 2..N; *p90_ms gets the 90th percentile step time
 // and *cpu_seconds the process CPU time over the same steps.
-double DecodeOnce(tq::Generator& g, const std::vector<int32_t>& prompt, int n, double* p90_ms,
+double DecodeOnce(tq::OfflineEngine& g, const std::vector<int32_t>& prompt, int n, double* p90_ms,
                   double* cpu_seconds = nullptr) {
   tq::SamplingParams params;
   params.temperature = 0;
@@ -276,7 +276,7 @@ int main(int argc, char** argv) {
         flags.decode_prompt_tokens, flags.repeats);
     std::fflush(stdout);
 
-    std::vector<std::unique_ptr<tq::Generator>> gens;
+    std::vector<std::unique_ptr<tq::OfflineEngine>> gens;
     std::vector<Result> results(flags.threads.size());
     for (size_t i = 0; i < flags.threads.size(); ++i) {
       tq::EngineOptions opt;
@@ -284,7 +284,7 @@ int main(int argc, char** argv) {
       opt.num_threads = flags.threads[i];
       opt.max_num_batched_tokens = flags.max_batched_tokens;
       const auto t0 = Clock::now();
-      gens.push_back(std::make_unique<tq::Generator>(opt));
+      gens.push_back(std::make_unique<tq::OfflineEngine>(opt));
       results[i].load_s = Seconds(t0, Clock::now());
     }
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "engine/runtime/generator.h"
+#include "engine/runtime/offline_engine.h"
 #include "kernels/kv_layout.h"
 
 namespace CLI {
@@ -13,7 +13,7 @@ class App;
 
 namespace tq {
 
-class Generator;
+class OfflineEngine;
 struct EngineOptions;
 
 /// Adds --kv-cache-dtype (into *kv_cache_dtype), --kv-quality-budget,
@@ -42,9 +42,9 @@ void AddWeightFlags(CLI::App* cmd, EngineOptions* engine);
 /// checkpoint and/or the chosen per-module config (docs/quantization.md).
 void AddQuantizeCommand(CLI::App& app);
 
-/// One line on the KV cache a Generator built: format, bits per element,
+/// One line on the KV cache an OfflineEngine built: format, bits per element,
 /// blocks, capacity in tokens, bytes, and how tq keys were calibrated.
-std::string DescribeKvCache(const Generator& generator);
+std::string DescribeKvCache(const OfflineEngine& generator);
 
 /// `tqserve generate --model DIR --prompt TEXT [sampling flags]`: prints the
 /// prompt's continuation to stdout as it is generated.

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "engine/common/error.h"
-#include "engine/runtime/generator.h"
+#include "engine/runtime/offline_engine.h"
 #include "engine/runtime/perplexity.h"
 #include "server/cli_commands.h"
 
@@ -48,7 +48,7 @@ void RunEval(EvalArgs& args) {
   }
 
   const auto load_start = std::chrono::steady_clock::now();
-  Generator generator(args.engine);
+  OfflineEngine generator(args.engine);
   const int32_t max_ctx = generator.max_model_len();
   const int32_t ctx = args.ctx.value_or(max_ctx);
   if (ctx < 2 || ctx > max_ctx) {

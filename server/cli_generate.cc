@@ -6,7 +6,7 @@
 #include <string>
 
 #include "engine/common/error.h"
-#include "engine/runtime/generator.h"
+#include "engine/runtime/offline_engine.h"
 #include "server/cli_commands.h"
 #include "server/text/detokenizer.h"
 
@@ -28,7 +28,7 @@ struct GenerateArgs {
 void RunGenerate(GenerateArgs& args) {
   ApplyKvDtypeFlag(args.kv_cache_dtype, &args.engine);
   const auto load_start = std::chrono::steady_clock::now();
-  Generator generator(args.engine);
+  OfflineEngine generator(args.engine);
   const ModelFiles& files = generator.files();
 
   // Unset sampling flags fall back to generation_config.json, then OpenAI defaults.
@@ -93,7 +93,7 @@ void RunGenerate(GenerateArgs& args) {
 
 }  // namespace
 
-std::string DescribeKvCache(const Generator& generator) {
+std::string DescribeKvCache(const OfflineEngine& generator) {
   const kernels::KvLayout& l = generator.kv_cache().layout();
   const int64_t tokens = static_cast<int64_t>(l.num_blocks) * l.block_size;
   char line[256];

@@ -17,7 +17,7 @@
 #include "engine/quant/quant_config.h"
 #include "engine/quant/quantized_checkpoint.h"
 #include "engine/quant/sensitivity.h"
-#include "engine/runtime/generator.h"
+#include "engine/runtime/offline_engine.h"
 #include "engine/runtime/perplexity.h"
 #include "server/cli_commands.h"
 
@@ -47,7 +47,7 @@ std::string ReadText(const std::string& path, const char* flag) {
 
 // Calibration tokens: each document (blank-line separated) with BOS first,
 // concatenated, at most `limit` tokens.
-std::vector<int32_t> CalibrationTokens(Generator& g, const std::string& path, int32_t limit) {
+std::vector<int32_t> CalibrationTokens(OfflineEngine& g, const std::string& path, int32_t limit) {
   std::vector<int32_t> tokens;
   for (const std::string& doc : SplitDocuments(ReadText(path, "--calibration-text"))) {
     tokens.push_back(g.tokenizer().bos_id());
@@ -69,7 +69,7 @@ std::map<std::string, quant::QuantFormat> SearchFormats(const QuantizeArgs& args
   options.model_dir = args.model_dir;
   options.num_threads = args.threads;
   options.kv_cache_dtype = kernels::KvDtype::kF32;  // measure the weights alone
-  Generator generator(options);
+  OfflineEngine generator(options);
   const std::vector<int32_t> tokens =
       CalibrationTokens(generator, args.calibration_text, args.max_calibration_tokens);
   const quant::ActivationMoments moments = quant::MeasureActivationMoments(generator, tokens);

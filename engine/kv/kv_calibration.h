@@ -31,7 +31,7 @@ struct KeyChannelStats {
   std::vector<float> mean, scale;
   /// Tokens the statistics were computed from (per layer; the fewest any layer saw).
   int64_t num_tokens = 0;
-  /// Identifies the model the stats belong to (Generator: a hash of the
+  /// Identifies the model the stats belong to (LoadModel: a hash of the
   /// layer-0 key projection); "" = unknown. LoadKeyStats refuses a mismatch,
   /// since another model's statistics silently wreck quality.
   std::string model_fingerprint;

@@ -6,7 +6,7 @@
 
 #include "engine/common/error.h"
 #include "engine/quant/tensor_stream.h"
-#include "engine/runtime/generator.h"
+#include "engine/runtime/offline_engine.h"
 
 namespace tq::quant {
 namespace {
@@ -48,7 +48,7 @@ std::vector<double> ActivationMoments::SecondMoments(const LinearModule& m) cons
   return out;
 }
 
-ActivationMoments MeasureActivationMoments(Generator& generator,
+ActivationMoments MeasureActivationMoments(OfflineEngine& generator,
                                            const std::vector<int32_t>& tokens) {
   ActivationMoments moments(generator.files().config);
   LlamaModel& model = generator.model();

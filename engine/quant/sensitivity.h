@@ -21,7 +21,7 @@
 #include "engine/quant/quant_config.h"
 
 namespace tq {
-class Generator;
+class OfflineEngine;
 }
 
 namespace tq::quant {
@@ -50,7 +50,7 @@ class ActivationMoments {
 /// Runs the model over `tokens` (windows of max_model_len, each starting a
 /// new sequence) with an activation observer and returns the moments. The
 /// generator must use the CPU backend.
-ActivationMoments MeasureActivationMoments(Generator& generator,
+ActivationMoments MeasureActivationMoments(OfflineEngine& generator,
                                            const std::vector<int32_t>& tokens);
 
 /// One candidate format of a module with its storage cost and estimated loss.

@@ -12,6 +12,7 @@
 
 #include "engine/common/error.h"
 #include "engine/runtime/engine_core.h"
+#include "engine/runtime/engine_options.h"
 #include "engine/runtime/model_loader.h"
 #include "engine/structured/grammar_cache.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -173,18 +174,7 @@ Engine::Engine(const EngineOptions& options, EngineObserver* observer)
     : state_(std::make_unique<State>(options)) {
   State& s = *state_;
   s.info = DescribeEngine(options, s.model);
-  SchedulerConfig config;
-  config.max_num_seqs = options.max_num_seqs;
-  config.max_num_batched_tokens = options.max_num_batched_tokens;
-  config.max_model_len = s.model.max_model_len;
-  config.block_size = s.info.block_size;
-  config.num_blocks = s.info.num_kv_blocks;
-  config.eos_token_ids = s.model.files.config.eos_token_ids;
-  config.enable_prefix_caching = options.enable_prefix_caching;
-  config.prefix_cache_seed = PrefixCacheSeed(s.info.kv_cache_dtype, s.model.kv_fingerprint);
-  s.core = std::make_unique<EngineCore>(
-      config, std::make_unique<LlamaModelRunner>(s.model.model.get(), s.model.cache.get()),
-      observer);
+  s.core = MakeEngineCore(options, s.model, observer);
   s.Publish();
   s.thread = std::thread([&s] { s.Run(); });
 }

@@ -35,7 +35,7 @@ class EngineUnavailable : public std::runtime_error {
 /// read outputs from their RequestStream and stats from a snapshot.
 class Engine {
  public:
-  /// Loads the model (throws tq::Error on bad files or flags, as Generator)
+  /// Loads the model (throws tq::Error on bad files or flags, as LoadModel)
   /// and starts the engine thread. `observer` (may be null) must outlive this.
   explicit Engine(const EngineOptions& options, EngineObserver* observer = nullptr);
   /// Aborts what is left and joins the engine thread (Shutdown).

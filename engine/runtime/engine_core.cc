@@ -3,6 +3,10 @@
 #include <atomic>
 #include <vector>
 
+#include "engine/common/error.h"
+#include "engine/runtime/engine_options.h"
+#include "engine/runtime/model_loader.h"
+
 namespace tq {
 namespace {
 
@@ -21,6 +25,28 @@ void SetStepFaultHookForTesting(StepFaultHook hook) {
 EngineCore::EngineCore(const SchedulerConfig& config, std::unique_ptr<ModelRunner> runner,
                        EngineObserver* observer)
     : scheduler_(config), runner_(std::move(runner)), observer_(observer) {}
+
+std::unique_ptr<EngineCore> MakeEngineCore(const EngineOptions& options, LoadedModel& model,
+                                           EngineObserver* observer) {
+  const kernels::KvLayout& layout = model.cache->layout();
+  SchedulerConfig config;
+  config.max_num_seqs = options.max_num_seqs;
+  config.max_num_batched_tokens = options.max_num_batched_tokens;
+  config.max_model_len = model.max_model_len;
+  config.block_size = layout.block_size;
+  config.num_blocks = layout.num_blocks;
+  config.eos_token_ids = model.files.config.eos_token_ids;
+  config.enable_prefix_caching = options.enable_prefix_caching;
+  config.prefix_cache_seed =
+      PrefixCacheSeed(std::string(kernels::KvDtypeName(layout.dtype)), model.kv_fingerprint);
+  return std::make_unique<EngineCore>(
+      config, std::make_unique<LlamaModelRunner>(model.model.get(), model.cache.get()), observer);
+}
+
+BlockPool& EngineCore::idle_block_pool() {
+  if (scheduler_.has_work()) throw Error("the engine core has live requests");
+  return scheduler_.mutable_block_pool();
+}
 
 void EngineCore::AddRequest(EngineRequest request, std::shared_ptr<RequestStream> stream,
                             Clock::time_point arrival) {

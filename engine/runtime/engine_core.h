@@ -13,6 +13,9 @@
 
 namespace tq {
 
+struct EngineOptions;
+struct LoadedModel;
+
 /// A test-only fault (issue 20 item 9): called by EngineCore::Step on the
 /// engine thread with the 1-based number of the step, after scheduling and
 /// before the model runs (mid-step: blocks are allocated, nothing computed);
@@ -54,6 +57,11 @@ class EngineCore {
   bool Step();
 
   bool has_work() const { return scheduler_.has_work(); }
+  /// The scheduler's KV block pool, for a forward pass outside the scheduler
+  /// (OfflineEngine::PromptLogits) while no request is live: blocks taken
+  /// must be released before the next AddRequest or Step. Throws tq::Error
+  /// while a request is live.
+  BlockPool& idle_block_pool();
   /// Gauges of this moment.
   EngineStats Stats() const;
   const Scheduler& scheduler() const { return scheduler_; }
@@ -67,5 +75,12 @@ class EngineCore {
   std::unordered_map<std::string, std::shared_ptr<RequestStream>> streams_;
   int64_t num_steps_ = 0;
 };
+
+/// The engine core that runs `model` with `options`' scheduler limits (max
+/// sequences, token budget, prefix caching) over the model's KV pool: what
+/// Engine (serve) and OfflineEngine (generate, eval, tests) both drive.
+/// `model` and `observer` (may be null) must outlive it.
+std::unique_ptr<EngineCore> MakeEngineCore(const EngineOptions& options, LoadedModel& model,
+                                           EngineObserver* observer);
 
 }  // namespace tq

@@ -12,8 +12,8 @@
 #include "engine/model/llama_model.h"
 #include "engine/model/model_config.h"
 #include "engine/parallel/tp_group.h"
+#include "engine/runtime/engine_options.h"
 #include "engine/runtime/engine_stats.h"
-#include "engine/runtime/generator.h"
 #include "engine/runtime/kv_dtype_auto.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "kernels/backend.h"
@@ -21,7 +21,7 @@
 namespace tq {
 
 /// A loaded model: files, backend, tokenizer, weights and the paged KV cache
-/// memory (its block pool is the caller's: Generator or the scheduler). Thread
+/// memory (its block pool is the scheduler's). Thread
 /// ownership: the engine thread; tokenizer() and files are safe to read from
 /// any thread. Under tensor parallelism backend/model/cache are rank 0's and
 /// drive the other ranks (held in tp) themselves; see docs/parallelism.md.

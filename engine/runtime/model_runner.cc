@@ -25,6 +25,8 @@ PositionLogprobs ComputeLogprobs(std::span<const float> logits, int32_t token, i
   };
   PositionLogprobs out;
   out.chosen = {token, logprob(token)};
+  out.chosen_logprob = std::isnan(logits[token]) ? -std::numeric_limits<double>::infinity()
+                                                 : static_cast<double>(logits[token]) - log_z;
   const auto vocab = static_cast<int32_t>(logits.size());
   k = std::min(k, vocab);
   if (k > 0) {
@@ -53,7 +55,9 @@ std::optional<PositionLogprobs> LogprobsFromCandidates(const LogitCandidates& c,
   PositionLogprobs out;
   const auto it = std::find(c.ids.begin(), c.ids.end(), token);
   if (it == c.ids.end()) return std::nullopt;
-  out.chosen = {token, lp[static_cast<size_t>(it - c.ids.begin())]};
+  const auto chosen = static_cast<size_t>(it - c.ids.begin());
+  out.chosen = {token, lp[chosen]};
+  out.chosen_logprob = static_cast<double>(c.values[chosen]) - log_z;
   k = std::min(k, c.vocab);
   if (k > 0) {
     std::vector<int32_t> perm;

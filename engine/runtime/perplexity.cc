@@ -42,7 +42,8 @@ std::vector<std::string> SplitDocuments(std::string_view text) {
   return docs;
 }
 
-PerplexityResult EvaluatePerplexity(Generator& gen, std::span<const std::vector<int32_t>> documents,
+PerplexityResult EvaluatePerplexity(OfflineEngine& engine,
+                                    std::span<const std::vector<int32_t>> documents,
                                     int32_t context, int32_t stride) {
   if (context < 2) {
     throw Error("perplexity: context must be >= 2 (got " + std::to_string(context) + ")");
@@ -51,32 +52,41 @@ PerplexityResult EvaluatePerplexity(Generator& gen, std::span<const std::vector<
     throw Error("perplexity: stride must be in [1, context=" + std::to_string(context) + "] (got " +
                 std::to_string(stride) + ")");
   }
-  const int32_t vocab = gen.files().config.vocab_size;
-  PerplexityResult result;
-  result.context = context;
-  result.stride = stride;
+  // Every window of every document, scored in one batch of prompt-logprob
+  // requests; the sums then run in window order.
+  struct Window {
+    int64_t begin, end, first;  // score positions [first, end) of doc[begin, end)
+  };
+  std::vector<Window> windows;
+  std::vector<std::vector<int32_t>> prompts;
   for (const std::vector<int32_t>& doc : documents) {
     const int64_t n = static_cast<int64_t>(doc.size());
     if (n < 2) continue;
     int64_t prev_end = 0;  // tokens before this are scored (or are the document's first)
     for (int64_t begin = 0;; begin += stride) {
       const int64_t end = std::min<int64_t>(begin + context, n);
-      // Targets: positions in [first, end); position p is predicted by the
-      // logits at window offset p - 1 - begin, so p must be > begin.
+      // Position p is predicted from the window's tokens before it, so p > begin.
       const int64_t first = std::max(prev_end, begin + 1);
       if (first < end) {
-        const std::span<const int32_t> window(doc.data() + begin, static_cast<size_t>(end - begin));
-        const std::vector<float> logits = gen.PromptLogits(window);
-        for (int64_t p = first; p < end; ++p) {
-          const float* row = logits.data() + static_cast<size_t>(p - 1 - begin) * vocab;
-          result.nll_sum += NegLogProb(row, vocab, doc[p]);
-        }
-        result.num_predicted += end - first;
-        ++result.num_windows;
+        windows.push_back({begin, end, first});
+        prompts.emplace_back(doc.begin() + begin, doc.begin() + end);
       }
       prev_end = end;
       if (end == n) break;
     }
+  }
+  const std::vector<std::vector<double>> logprobs = engine.ScorePrompts(prompts);
+  PerplexityResult result;
+  result.context = context;
+  result.stride = stride;
+  for (size_t w = 0; w < windows.size(); ++w) {
+    const Window& win = windows[w];
+    // logprobs[w][j] scores window token j + 1, i.e. position begin + j + 1.
+    for (int64_t p = win.first; p < win.end; ++p) {
+      result.nll_sum -= logprobs[w][static_cast<size_t>(p - win.begin - 1)];
+    }
+    result.num_predicted += win.end - win.first;
+    ++result.num_windows;
   }
   result.perplexity = result.num_predicted > 0
                           ? std::exp(result.nll_sum / static_cast<double>(result.num_predicted))

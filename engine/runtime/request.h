@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,10 @@ struct TokenLogprob {
 struct PositionLogprobs {
   TokenLogprob chosen;
   std::vector<TokenLogprob> top;
+  // chosen.logprob before its rounding to the float the APIs carry, so that
+  // a sum over many positions (perplexity, `tqserve eval`) keeps double
+  // precision.
+  double chosen_logprob = 0.0;
 };
 
 /// A generation request as the engine sees it: token ids in, token ids out.
@@ -69,5 +74,14 @@ struct EngineOutput {
   /// finish, error and counts win).
   void Merge(EngineOutput&& later);
 };
+
+/// Throws tq::Error when `prompt` is empty, longer than max_model_len or has
+/// an id outside [0, vocab_size).
+void CheckPromptIds(std::span<const int32_t> prompt, int32_t max_model_len, int32_t vocab_size);
+/// CheckPromptIds, SamplingParams::Validate and stop token ids below
+/// vocab_size: what every engine front end rejects before submitting a
+/// request; throws tq::Error with a message naming the field.
+void CheckRequestIds(std::span<const int32_t> prompt, const SamplingParams& params,
+                     int32_t max_model_len, int32_t vocab_size);
 
 }  // namespace tq

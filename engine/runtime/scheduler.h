@@ -96,6 +96,8 @@ class Scheduler {
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   const BlockPool& block_pool() const { return pool_; }
+  /// The pool itself, for EngineCore::idle_block_pool only.
+  BlockPool& mutable_block_pool() { return pool_; }
   /// Walks every block table and the pool: each block's refcount equals the
   /// number of tables holding it, waiting sequences hold no blocks, and
   /// BlockPool::CheckInvariants holds. Returns "" when all hold, else what is

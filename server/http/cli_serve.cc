@@ -24,7 +24,7 @@
 #include "engine/parallel/tp_plan.h"
 #include "engine/quant/quant_config.h"
 #include "engine/runtime/engine.h"
-#include "engine/runtime/generator.h"
+#include "engine/runtime/offline_engine.h"
 #include "server/cli_commands.h"
 #include "server/grpc/grpc_server.h"
 #include "server/http/http_server.h"

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "engine/runtime/engine.h"
-#include "engine/runtime/generator.h"
+#include "engine/runtime/offline_engine.h"
 #include "server/grpc/grpc_server.h"
 #include "server/metrics/server_metrics.h"
 #include "tqserve/v1/generation.grpc.pb.h"
@@ -38,7 +38,7 @@ inline nlohmann::json LoadSpReference() {
 }
 
 /// The bundled model with an exact (fp32) KV cache, so that the engine and
-/// tq::Generator agree bit for bit.
+/// tq::OfflineEngine agree bit for bit.
 inline EngineOptions Fp32Options() {
   EngineOptions o;
   o.model_dir = TQ_MODEL_DIR;

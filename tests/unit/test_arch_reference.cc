@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "engine/model/llama_model.h"
-#include "engine/runtime/generator.h"
 #include "engine/runtime/model_loader.h"
+#include "engine/runtime/offline_engine.h"
 #include "tests/unit/tp_test_util.h"
 
 namespace tq {
@@ -122,7 +122,7 @@ double MaxLogitError(const std::string& arch, int chunk) {
   const F64Logits ref = ReadLogits(std::string(TQ_REF_DIR) + "/arch_" + arch + "_logits.bin");
   EngineOptions o = Options(ModelDir(arch));
   o.max_num_batched_tokens = chunk;
-  Generator gen(o);
+  OfflineEngine gen(o);
   EXPECT_EQ(ref.vocab, gen.files().config.vocab_size);
   const std::vector<float> logits = gen.PromptLogits(ref.tokens);
   EXPECT_EQ(logits.size(), ref.logits.size());

@@ -1,5 +1,5 @@
 // The engine thread behind Engine: concurrent submitters get exactly
-// what tq::Generator gives alone; aborts free every KV block; draining and
+// what tq::OfflineEngine gives alone; aborts free every KV block; draining and
 // shutdown end every stream; bad requests are refused with a message.
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 
 #include "engine/common/error.h"
 #include "engine/runtime/engine.h"
-#include "engine/runtime/generator.h"
+#include "engine/runtime/offline_engine.h"
 #include "watchdog.h"
 
 namespace tq {
@@ -68,7 +68,7 @@ EngineStats WaitFor(const Engine& c, Pred pred, milliseconds limit = millisecond
 TEST(Engine, ConcurrentSubmittersGetTheirOwnOutputs) {
   testing::Watchdog watchdog("ConcurrentSubmitters", std::chrono::seconds(120));
   Engine client(ClientOptions());
-  Generator alone(ClientOptions());
+  OfflineEngine alone(ClientOptions());
   const char* prompts[] = {"Once upon a time", "The dog",      "Lily saw a bird",  "Tom was sad",
                            "One day",          "The big tree", "A girl named Sue", "They played"};
   constexpr int kThreads = 8;

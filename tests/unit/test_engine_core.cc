@@ -1,6 +1,6 @@
 // Batched execution on the bundled model: many sequences in one forward pass
 // (and with chunked prefill and preemption) must give exactly what
-// tq::Generator gives for each request alone, and logprobs must equal the
+// tq::OfflineEngine gives for each request alone, and logprobs must equal the
 // log-softmax of the single-sequence logits.
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "engine/runtime/engine_core.h"
-#include "engine/runtime/generator.h"
 #include "engine/runtime/model_loader.h"
+#include "engine/runtime/offline_engine.h"
 
 namespace tq {
 namespace {
@@ -124,21 +124,21 @@ std::vector<EngineRequest> Requests(const Tokenizer& tok, double temperature) {
 class EngineCoreTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    single_ = std::make_unique<Generator>(Options());
+    single_ = std::make_unique<OfflineEngine>(Options());
     loaded_ = std::make_unique<LoadedModel>(LoadModel(Options()));
   }
   static void TearDownTestSuite() {
     single_.reset();
     loaded_.reset();
   }
-  // What Generator gives for the request alone.
+  // What OfflineEngine gives for the request alone.
   static GenerationResult Alone(const EngineRequest& r) {
     return single_->Generate(r.prompt_ids, r.sampling);
   }
-  static std::unique_ptr<Generator> single_;
+  static std::unique_ptr<OfflineEngine> single_;
   static std::unique_ptr<LoadedModel> loaded_;
 };
-std::unique_ptr<Generator> EngineCoreTest::single_;
+std::unique_ptr<OfflineEngine> EngineCoreTest::single_;
 std::unique_ptr<LoadedModel> EngineCoreTest::loaded_;
 
 void ExpectSameAsAlone(const std::vector<EngineRequest>& requests, RunResult& run,

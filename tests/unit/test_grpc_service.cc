@@ -1,8 +1,9 @@
 // tqserve.v1.GenerationService through a real gRPC client (the generated C++
 // stub) against an in-process server on the bundled model with an fp32 KV
-// cache. References: tq::Generator (single-sequence generation, not the
-// engine loop), llama2.c's published greedy output, the Python sentencepiece
-// library, log-softmax computed here from Generator's logits, the gRPC spec's
+// cache. References: tq::OfflineEngine (the request alone on the engine core,
+// stepped in the test's thread), llama2.c's published greedy output, the
+// Python sentencepiece library, log-softmax computed here from the model's
+// logits (OfflineEngine::PromptLogits), the gRPC spec's
 // health and reflection protocols, and the byte sizes derived from the model
 // config.
 #include <google/protobuf/descriptor.pb.h>
@@ -33,7 +34,7 @@ class GrpcService : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     server_ = new TestServer();
-    generator_ = new Generator(Fp32Options());
+    generator_ = new OfflineEngine(Fp32Options());
   }
   static void TearDownTestSuite() {
     delete generator_;
@@ -58,11 +59,11 @@ class GrpcService : public ::testing::Test {
   }
 
   static TestServer* server_;
-  static Generator* generator_;
+  static OfflineEngine* generator_;
 };
 
 TestServer* GrpcService::server_ = nullptr;
-Generator* GrpcService::generator_ = nullptr;
+OfflineEngine* GrpcService::generator_ = nullptr;
 
 TEST_F(GrpcService, GreedyGenerateMatchesGeneratorAndPublishedOutput) {
   const Streamed got = RunGenerate(*server_->stub, GreedyRequest("Once upon a time", 100));

@@ -18,7 +18,7 @@
 #include "engine/common/error.h"
 #include "engine/kv/kv_calibration.h"
 #include "engine/model/model_config.h"
-#include "engine/runtime/generator.h"
+#include "engine/runtime/offline_engine.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "temp_dir_test.h"
 
@@ -376,7 +376,7 @@ TEST(BuiltinCalibrationText, IsAFewHundredTokens) {
 TEST(KeyCalibration, BundledModelOnBuiltinText) {
   EngineOptions options;
   options.model_dir = TQ_MODEL_DIR;
-  Generator gen(options);
+  OfflineEngine gen(options);
   const ModelConfig& cfg = gen.files().config;
   std::vector<int32_t> tokens = BuiltinTokens();
   if (tokens.size() > static_cast<size_t>(gen.max_model_len())) tokens.resize(gen.max_model_len());

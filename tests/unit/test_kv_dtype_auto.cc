@@ -1,7 +1,7 @@
 // `--kv-cache-dtype auto` (engine/runtime/kv_dtype_auto.h): the pick rule on
 // hand-made scores, and on the bundled model (and trained-hd128 when
 // ../shared/models has it) the reported perplexities against the same
-// held-out tokens scored by a Generator built with each format explicitly,
+// held-out tokens scored by an OfflineEngine built with each format explicitly,
 // and the choice against the rule applied to those perplexities.
 #include <gtest/gtest.h>
 
@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "engine/kv/kv_calibration.h"
-#include "engine/runtime/generator.h"
 #include "engine/runtime/kv_dtype_auto.h"
+#include "engine/runtime/offline_engine.h"
 #include "engine/runtime/perplexity.h"
 
 namespace tq {
@@ -42,14 +42,14 @@ TEST(KvDtypeAuto, CandidatesFewestBitsFirst) {
   EXPECT_EQ(HeldOutTokenCount(3000), kMaxHeldOutTokens);
 }
 
-// Perplexity of `tokens` (first unscored) through a Generator of `dtype`.
+// Perplexity of `tokens` (first unscored) through an OfflineEngine of `dtype`.
 double ExplicitPerplexity(const std::string& model, KvDtype dtype,
                           const std::vector<int32_t>& tokens) {
   EngineOptions o;
   o.model_dir = model;
   o.num_threads = 1;
   o.kv_cache_dtype = dtype;
-  Generator gen(o);
+  OfflineEngine gen(o);
   const std::vector<float> logits = gen.PromptLogits(tokens);
   const int32_t vocab = gen.files().config.vocab_size;
   double nll = 0.0;
@@ -80,7 +80,7 @@ double DocBits(KvDtype dtype, int32_t head_dim) {
 }
 
 // Loads `model` with auto, checks each reported perplexity against an
-// explicit-dtype Generator on the same held-out tokens, and the choice against
+// explicit-dtype OfflineEngine on the same held-out tokens, and the choice against
 // the rule applied here to those independently measured perplexities (the
 // fewest documented bits within the budget 1.01, else fp16); returns the choice.
 KvDtypeChoice CheckedChoice(const std::string& model) {
@@ -88,7 +88,7 @@ KvDtypeChoice CheckedChoice(const std::string& model) {
   o.model_dir = model;
   o.num_threads = 1;
   o.kv_cache_dtype_auto = true;
-  Generator gen(o);
+  OfflineEngine gen(o);
   const KvDtypeChoice choice = gen.kv_dtype_choice();
   EXPECT_TRUE(choice.automatic);
   EXPECT_EQ(gen.kv_cache().layout().dtype, choice.dtype);

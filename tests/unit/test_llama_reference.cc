@@ -15,7 +15,7 @@
 #include "engine/common/error.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/llama_weights.h"
-#include "engine/runtime/generator.h"
+#include "engine/runtime/offline_engine.h"
 
 namespace tq {
 namespace {
@@ -78,7 +78,7 @@ SamplingParams Greedy(int max_tokens) {
 TEST(LlamaReference, GreedyIdsMatchPublishedLlama2cOutput) {
   const std::vector<int32_t> ref = ReadReferenceIds();
   ASSERT_GE(ref.size(), 104u);
-  Generator gen(Options());
+  OfflineEngine gen(Options());
   const std::vector<int32_t> prompt = gen.tokenizer().Encode("Once upon a time");
   ASSERT_EQ(prompt, (std::vector<int32_t>{1, 403, 407, 261, 378}));
   const GenerationResult out = gen.Generate(prompt, Greedy(100));
@@ -91,7 +91,7 @@ TEST(LlamaReference, GreedyIdsMatchPublishedLlama2cOutput) {
 }
 
 TEST(LlamaReference, GreedyTextContainsPublishedContinuation) {
-  Generator gen(Options(1));
+  OfflineEngine gen(Options(1));
   const std::vector<int32_t> prompt = gen.tokenizer().Encode("Once upon a time");
   const GenerationResult out = gen.Generate(prompt, Greedy(40));
   const std::string text = gen.tokenizer().Decode(out.output_ids);
@@ -106,7 +106,7 @@ double MaxLogitError(kernels::KvDtype dtype, int chunk) {
   EngineOptions o = Options();
   o.kv_cache_dtype = dtype;
   o.max_num_batched_tokens = chunk;
-  Generator gen(o);
+  OfflineEngine gen(o);
   EXPECT_EQ(ref.vocab, gen.files().config.vocab_size);
   const std::vector<float> logits = gen.PromptLogits(ref.tokens);
   EXPECT_EQ(logits.size(), ref.logits.size());
@@ -181,7 +181,7 @@ TEST(LlamaReference, BatchedSequencesMatchSeparateRuns) {
 }
 
 TEST(LlamaReference, RejectsBadPrompts) {
-  Generator gen(Options(1));
+  OfflineEngine gen(Options(1));
   EXPECT_THROW(gen.Generate({}, Greedy(4)), Error);
   const std::vector<int32_t> out_of_range = {1, 512};
   EXPECT_THROW(gen.Generate(out_of_range, Greedy(4)), Error);
@@ -196,7 +196,7 @@ TEST(LlamaReference, RejectsBadPrompts) {
 TEST(LlamaReference, StopsAtMaxModelLenAndEos) {
   EngineOptions o = Options(1);
   o.max_model_len = 12;
-  Generator gen(o);
+  OfflineEngine gen(o);
   const std::vector<int32_t> prompt = gen.tokenizer().Encode("Once upon a time");
   const GenerationResult out = gen.Generate(prompt, Greedy(100));
   EXPECT_EQ(out.output_ids.size(), 12u - prompt.size());
@@ -215,7 +215,7 @@ TEST(LlamaReference, StopsAtMaxModelLenAndEos) {
 TEST(LlamaReference, RejectsBadEngineOptions) {
   auto expect_error = [](EngineOptions o, const std::string& needle) {
     try {
-      Generator gen(o);
+      OfflineEngine gen(o);
       ADD_FAILURE() << "no error; expected " << needle;
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
@@ -238,7 +238,7 @@ TEST(LlamaReference, RejectsBadEngineOptions) {
 }
 
 TEST(LlamaReference, RejectsStopTokenOutsideVocabulary) {
-  Generator gen(Options(1));
+  OfflineEngine gen(Options(1));
   SamplingParams p = Greedy(4);
   p.stop_token_ids = {512};
   EXPECT_THROW(gen.Generate(std::vector<int32_t>{1, 403}, p), Error);
@@ -257,14 +257,14 @@ TEST(LlamaReference, ThreadCountIsCappedAtTheCores) {
 // Quantized KV caches on the bundled model: how far greedy decoding follows
 // the fp32 cache (reported; the quality bound is the perplexity in eval).
 TEST(LlamaReference, QuantizedKvGreedyFollowsFp32) {
-  Generator fp32(Options(1));
+  OfflineEngine fp32(Options(1));
   const std::vector<int32_t> prompt = fp32.tokenizer().Encode("Once upon a time");
   const std::vector<int32_t> want = fp32.Generate(prompt, Greedy(100)).output_ids;
   for (kernels::KvDtype dtype : {kernels::KvDtype::kInt8, kernels::KvDtype::kTq4,
                                  kernels::KvDtype::kTq3, kernels::KvDtype::kInt4}) {
     EngineOptions o = Options(1);
     o.kv_cache_dtype = dtype;
-    Generator gen(o);
+    OfflineEngine gen(o);
     const GenerationResult got = gen.Generate(prompt, Greedy(100));
     size_t prefix = 0;
     while (prefix < 100 && got.output_ids[prefix] == want[prefix]) ++prefix;

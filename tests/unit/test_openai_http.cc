@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "engine/runtime/engine.h"
-#include "engine/runtime/generator.h"
+#include "engine/runtime/offline_engine.h"
 #include "server/http/http_server.h"
 
 namespace tq::http {

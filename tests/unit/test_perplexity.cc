@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "engine/common/error.h"
-#include "engine/runtime/generator.h"
+#include "engine/runtime/offline_engine.h"
 #include "engine/runtime/perplexity.h"
 #include "temp_dir_test.h"
 
@@ -34,7 +34,7 @@ class PerplexityTest : public ::testing::Test {
     EngineOptions options;
     options.model_dir = TQ_MODEL_DIR;
     options.num_threads = 1;
-    gen_ = std::make_unique<Generator>(options);
+    gen_ = std::make_unique<OfflineEngine>(options);
   }
   static void TearDownTestSuite() { gen_.reset(); }
 
@@ -62,10 +62,10 @@ class PerplexityTest : public ::testing::Test {
     return nll;
   }
 
-  static std::unique_ptr<Generator> gen_;
+  static std::unique_ptr<OfflineEngine> gen_;
 };
 
-std::unique_ptr<Generator> PerplexityTest::gen_;
+std::unique_ptr<OfflineEngine> PerplexityTest::gen_;
 
 TEST_F(PerplexityTest, RejectsBadWindowArguments) {
   const std::vector<std::vector<int32_t>> docs = {Tokens("Once upon a time")};

@@ -21,7 +21,7 @@
 #include "engine/quant/quant_config.h"
 #include "engine/quant/quantized_checkpoint.h"
 #include "engine/quant/sensitivity.h"
-#include "engine/runtime/generator.h"
+#include "engine/runtime/offline_engine.h"
 #include "engine/runtime/perplexity.h"
 #include "temp_dir_test.h"
 
@@ -62,7 +62,7 @@ class QuantPerplexityTest : public testing::TempDirTest {
   }
 
   // Per-document ids with BOS, as `tqserve eval` scores them.
-  static std::vector<std::vector<int32_t>> Docs(Generator& g, size_t begin, size_t end) {
+  static std::vector<std::vector<int32_t>> Docs(OfflineEngine& g, size_t begin, size_t end) {
     std::vector<std::vector<int32_t>> docs;
     for (size_t i = begin; i < end; ++i) {
       std::vector<int32_t> ids = g.tokenizer().Encode(texts_[i], false);
@@ -74,7 +74,7 @@ class QuantPerplexityTest : public testing::TempDirTest {
 
   // Perplexity on the held-out stories (ctx 512, stride 256).
   static double Perplexity(const EngineOptions& options) {
-    Generator g(options);
+    OfflineEngine g(options);
     const auto docs = Docs(g, kCalibrationDocs, texts_.size());
     return EvaluatePerplexity(g, docs, 512, 256).perplexity;
   }
@@ -110,7 +110,7 @@ TEST_F(QuantPerplexityTest, SensitivityChoiceBeatsUniformOfTheSameBits) {
   const double target =
       quant::AverageBits(modules, quant::PlanFormats(quant::QuantConfig::Load(uniform), config));
 
-  Generator g(Options(TQ_MODEL_DIR));
+  OfflineEngine g(Options(TQ_MODEL_DIR));
   std::vector<int32_t> calibration;
   for (const auto& doc : Docs(g, 0, kSanitized ? 4 : kCalibrationDocs)) {
     calibration.insert(calibration.end(), doc.begin(), doc.end());
@@ -127,7 +127,7 @@ TEST_F(QuantPerplexityTest, SensitivityChoiceBeatsUniformOfTheSameBits) {
   const std::string path = Path("chosen.json");
   std::ofstream(path) << quant::PerModuleConfigJson(chosen, "test");
   if (kSanitized) {
-    Generator loads(Options(TQ_MODEL_DIR, path));  // the written config loads
+    OfflineEngine loads(Options(TQ_MODEL_DIR, path));  // the written config loads
     GTEST_SKIP() << "perplexity comparison over the whole held-out text: Release run only";
   }
   const double sens = Perplexity(Options(TQ_MODEL_DIR, path));
@@ -143,8 +143,8 @@ TEST_F(QuantPerplexityTest, OfflineCheckpointEqualsLoadTimeQuantization) {
   const ModelConfig config = LoadModelFiles(TQ_MODEL_DIR).config;
   quant::WriteQuantizedCheckpoint(
       TQ_MODEL_DIR, config, quant::PlanFormats(quant::QuantConfig::Load(cfg), config), Path("q"));
-  Generator load_time(Options(TQ_MODEL_DIR, cfg));
-  Generator offline(Options(Path("q")));
+  OfflineEngine load_time(Options(TQ_MODEL_DIR, cfg));
+  OfflineEngine offline(Options(Path("q")));
   const std::vector<int32_t> prompt = Docs(load_time, 50, 51)[0];
   EXPECT_EQ(load_time.PromptLogits(prompt), offline.PromptLogits(prompt));
   SamplingParams greedy;

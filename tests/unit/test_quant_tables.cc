@@ -18,7 +18,7 @@
 #include "engine/model/random_model.h"
 #include "engine/quant/quant_config.h"
 #include "engine/quant/quantized_checkpoint.h"
-#include "engine/runtime/generator.h"
+#include "engine/runtime/offline_engine.h"
 #include "kernels/cpu/weight_decode.h"
 #include "temp_dir_test.h"
 
@@ -169,9 +169,11 @@ TEST_F(QuantTablesTest, TiedTableIsQuantizedOnceAndSharedByLmHead) {
   // The served model's weights (the tqserve_memory_weights_bytes gauge's
   // source) count the table as int4; the shipped configs keep it 16-bit.
   std::ofstream(Path("tables.json")) << kTablesW4;
-  EXPECT_EQ(
-      Generator(Options(TQ_MODEL_DIR, Path("tables.json"))).model().weights().BytesByPrecision(),
-      want);
+  EXPECT_EQ(OfflineEngine(Options(TQ_MODEL_DIR, Path("tables.json")))
+                .model()
+                .weights()
+                .BytesByPrecision(),
+            want);
   const LlamaWeights w8 = Load(
       TQ_MODEL_DIR, files_.config, tiles_be.get(),
       R"({"bits": 8, "group_size": 32, "overrides": [{"modules": "mlp.down_proj", "group_size": 86}]})");
@@ -215,9 +217,9 @@ TEST_F(QuantTablesTest, OfflineCheckpointLogitsEqualLoadTime) {
     const std::string out = Path(c.dir == untied ? "q_untied" : "q_tied");
     const auto plan = quant::PlanFormats(quant::QuantConfig::Load(c.config), c.model);
     const quant::QuantizeSummary s = quant::WriteQuantizedCheckpoint(c.dir, c.model, plan, out);
-    Generator load_time(Options(c.dir, c.config));
-    Generator offline(Options(out));
-    Generator dense(Options(c.dir));
+    OfflineEngine load_time(Options(c.dir, c.config));
+    OfflineEngine offline(Options(out));
+    OfflineEngine dense(Options(c.dir));
     std::vector<int32_t> prompt = load_time.tokenizer().Encode("Once upon a time there", false);
     prompt.insert(prompt.begin(), load_time.tokenizer().bos_id());
     const std::vector<float> logits = load_time.PromptLogits(prompt);

@@ -22,7 +22,7 @@
 #include "engine/model/safetensors.h"
 #include "engine/quant/quant_config.h"
 #include "engine/quant/quantized_checkpoint.h"
-#include "engine/runtime/generator.h"
+#include "engine/runtime/offline_engine.h"
 #include "kernels/cpu/weight_decode.h"
 #include "kernels/half.h"
 #include "temp_dir_test.h"

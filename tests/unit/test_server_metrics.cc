@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "engine/runtime/engine.h"
-#include "engine/runtime/generator.h"
+#include "engine/runtime/offline_engine.h"
 #include "server/metrics/host_memory.h"
 #include "server/metrics/server_metrics.h"
 #include "tests/unit/temp_dir_test.h"
