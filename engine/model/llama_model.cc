@@ -83,6 +83,18 @@ const float* LlamaModel::ObservedCopy(const float* x, size_t n) {
   return observed_.data();
 }
 
+void LlamaModel::ObserveLinearInput(int32_t layer, LinearInput input, const float* x, int32_t rows,
+                                    int32_t cols) {
+  if (observer_ == nullptr || !observer_->wants_linear_inputs()) return;
+  observer_->OnLinearInput(layer, input, ObservedCopy(x, size_t{1} * rows * cols), rows, cols);
+}
+
+void LlamaModel::ObserveKeys(int32_t layer, int32_t num_tokens) {
+  if (observer_ == nullptr || !observer_->wants_keys()) return;
+  const size_t n = size_t{1} * num_tokens * plan_.num_kv_heads * config_.head_dim;
+  observer_->OnKeys(layer, ObservedCopy(k_.as<float>(), n), num_tokens);
+}
+
 void LlamaModel::EnsureWorkspace(int32_t num_tokens, int32_t num_logits) {
   const ModelConfig& c = config_;
   const TpPlan& p = plan_;
@@ -128,7 +140,7 @@ void LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& cache,
   // no zero fill first).
   if (logits) logits->resize(batch.logit_indices.size() * static_cast<size_t>(config_.vocab_size));
   if (batch.num_tokens() == 0) return;
-  if (graphs_ && plan_.comm == nullptr && !key_observer_ && !activation_observer_ &&
+  if (graphs_ && plan_.comm == nullptr && observer_ == nullptr &&
       graphs_->TryForward(*this, batch, cache, logits)) {
     return;
   }
@@ -242,9 +254,7 @@ void LlamaModel::Attention(int32_t layer, const StepInputs& in, PagedKvCache& ca
   const LlamaLayerWeights& w = weights_.layers[layer];
   const int32_t n = in.num_tokens;
   const float* x = normed_.as<float>();
-  if (activation_observer_)
-    activation_observer_(layer, LinearInput::kAttnIn,
-                         ObservedCopy(x, size_t{1} * n * c.hidden_size), n, c.hidden_size);
+  ObserveLinearInput(layer, LinearInput::kAttnIn, x, n, c.hidden_size);
 
   backend_->MatMul({x, w.q_proj.View(), q_.as<float>(), n, false, w.q_bias.as<float>()});
   backend_->MatMul({x, w.k_proj.View(), k_.as<float>(), n, false, w.k_bias.as<float>()});
@@ -257,9 +267,7 @@ void LlamaModel::Attention(int32_t layer, const StepInputs& in, PagedKvCache& ca
                        c.head_dim, eps});
   }
   // The keys as the cache stores them before RoPE (after k_norm).
-  if (key_observer_)
-    key_observer_(layer,
-                  ObservedCopy(k_.as<float>(), size_t{1} * n * plan_.num_kv_heads * c.head_dim), n);
+  ObserveKeys(layer, n);
   backend_->Rope(
       {q_.as<float>(), in.positions, inv_freq_.as<float>(), n, plan_.num_heads, c.head_dim, 1.0f});
   // tq formats store keys before RoPE and rotate them inside attention.
@@ -283,11 +291,8 @@ void LlamaModel::Attention(int32_t layer, const StepInputs& in, PagedKvCache& ca
   p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   p.cache = view;
   backend_->PagedAttention(p);
-  if (activation_observer_) {
-    const int32_t cols = plan_.num_heads * c.head_dim;
-    activation_observer_(layer, LinearInput::kAttnOut,
-                         ObservedCopy(attn_.as<float>(), size_t{1} * n * cols), n, cols);
-  }
+  ObserveLinearInput(layer, LinearInput::kAttnOut, attn_.as<float>(), n,
+                     plan_.num_heads * c.head_dim);
   // Residual add fused into o_proj. Under TP rank 0 adds its partial sum to
   // the residual and the others overwrite their copy of it with theirs, so the
   // all-reduce yields residual + o_proj(attn) with no extra buffer.
@@ -300,16 +305,11 @@ void LlamaModel::Mlp(int32_t layer, int32_t n) {
   const LlamaLayerWeights& w = weights_.layers[layer];
   const float* x = normed_.as<float>();
   const int32_t inter = plan_.intermediate;
-  if (activation_observer_)
-    activation_observer_(layer, LinearInput::kMlpIn, ObservedCopy(x, size_t{1} * n * c.hidden_size),
-                         n, c.hidden_size);
+  ObserveLinearInput(layer, LinearInput::kMlpIn, x, n, c.hidden_size);
   backend_->MatMul({x, w.gate_proj.View(), gate_.as<float>(), n, false});
   backend_->MatMul({x, w.up_proj.View(), up_.as<float>(), n, false});
   backend_->SiluMul({gate_.as<float>(), up_.as<float>(), gate_.as<float>(), n, inter});
-  if (activation_observer_) {
-    activation_observer_(layer, LinearInput::kMlpDown,
-                         ObservedCopy(gate_.as<float>(), size_t{1} * n * inter), n, inter);
-  }
+  ObserveLinearInput(layer, LinearInput::kMlpDown, gate_.as<float>(), n, inter);
   // Residual as in Attention (rank 0 accumulates, the all-reduce sums).
   backend_->MatMul(
       {gate_.as<float>(), w.down_proj.View(), hidden_.as<float>(), n, plan_.rank == 0});

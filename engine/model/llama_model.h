@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/kv/kv_cache.h"
+#include "engine/model/forward_observer.h"
 #include "engine/model/llama_weights.h"
 #include "engine/model/model_config.h"
 #include "engine/parallel/tp_plan.h"
@@ -73,28 +74,13 @@ class LlamaModel {
   }
   kernels::Backend* backend() const { return backend_; }
 
-  /// Called in Forward with each layer's keys before RoPE (after Qwen3's
-  /// k_norm: the keys the cache stores): (layer, k_pre_rope
-  /// [num_tokens, num_kv_heads, head_dim] host fp32, num_tokens); under TP
-  /// the rank's KV heads, called on the rank's thread. Used to
-  /// calibrate the per-channel key normalization of the tq KV formats. The
-  /// keys are copied to host memory first (any backend).
-  using KeyObserver = std::function<void(int32_t layer, const float* keys, int32_t num_tokens)>;
-  void SetKeyObserver(KeyObserver observer) { key_observer_ = std::move(observer); }
-
-  /// The inputs of a layer's linear modules: q/k/v share kAttnIn (the
-  /// normed hidden state), o_proj reads kAttnOut, gate/up share kMlpIn and
-  /// down_proj reads kMlpDown (silu(gate) * up).
-  enum class LinearInput : uint8_t { kAttnIn, kAttnOut, kMlpIn, kMlpDown };
-  /// Called in Forward with each linear input: (layer, input, x [rows, cols]
-  /// host fp32). Used to measure per-channel activation second moments for
-  /// the quantization sensitivity search (engine/quant/sensitivity.h). The
-  /// inputs are copied to host memory first (any backend).
-  using ActivationObserver = std::function<void(int32_t layer, LinearInput input, const float* x,
-                                                int32_t rows, int32_t cols)>;
-  void SetActivationObserver(ActivationObserver observer) {
-    activation_observer_ = std::move(observer);
-  }
+  /// Shows this model's forward passes to `observer` (calibration and the
+  /// quantization search: forward_observer.h); nullptr removes it. Not
+  /// owned: it must outlive the Forward calls it sees. Under tensor
+  /// parallelism each rank's model takes its own. Prefer
+  /// ScopedForwardObserver, which removes it on every exit path.
+  void SetObserver(ForwardObserver* observer) { observer_ = observer; }
+  using LinearInput = tq::LinearInput;
 
   /// Decode steps from CUDA graphs (docs/cuda.md "CUDA graphs"): batches
   /// where every sequence has one token, at most max_batch sequences and
@@ -149,12 +135,14 @@ class LlamaModel {
   TpPlan plan_;
   std::vector<LlamaModel*> peers_;
   RankExecutor* executor_ = nullptr;
-  kernels::BackendBuffer inv_freq_;  // [head_dim / 2]
-  KeyObserver key_observer_;
-  ActivationObserver activation_observer_;
-  // Host copy of what the observers see (backend memory may be a device's).
+  kernels::BackendBuffer inv_freq_;      // [head_dim / 2]
+  ForwardObserver* observer_ = nullptr;  // calibration only; null while serving
+  // Host copy of what the observer sees (backend memory may be a device's).
   std::vector<float> observed_;
   const float* ObservedCopy(const float* x, size_t n);
+  void ObserveLinearInput(int32_t layer, LinearInput input, const float* x, int32_t rows,
+                          int32_t cols);
+  void ObserveKeys(int32_t layer, int32_t num_tokens);
 
   // Activation workspace, grown on demand (backend memory); the epoch counts
   // the growths (captured graphs point at these buffers).
@@ -166,6 +154,22 @@ class LlamaModel {
   kernels::BackendBuffer hidden_, normed_, q_, k_, v_, attn_, gate_, up_;
   kernels::BackendBuffer last_hidden_, logits_, gathered_logits_;
   std::vector<float> gathered_host_;  // TP rank 0: the all-gathered logit shards
+};
+
+/// Sets `observer` on `model` for the scope and removes it on every exit
+/// path, so that a throwing forward pass never leaves the model pointing at a
+/// dead observer.
+class ScopedForwardObserver {
+ public:
+  ScopedForwardObserver(LlamaModel& model, ForwardObserver* observer) : model_(model) {
+    model_.SetObserver(observer);
+  }
+  ~ScopedForwardObserver() { model_.SetObserver(nullptr); }
+  ScopedForwardObserver(const ScopedForwardObserver&) = delete;
+  ScopedForwardObserver& operator=(const ScopedForwardObserver&) = delete;
+
+ private:
+  LlamaModel& model_;
 };
 
 /// The weights' MemorySummary() for the log; under tensor parallelism it is

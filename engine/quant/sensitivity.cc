@@ -52,19 +52,14 @@ ActivationMoments MeasureActivationMoments(OfflineEngine& generator,
                                            const std::vector<int32_t>& tokens) {
   ActivationMoments moments(generator.files().config);
   LlamaModel& model = generator.model();
-  model.SetActivationObserver([&](int32_t layer, LinearInput input, const float* x, int32_t rows,
-                                  int32_t cols) { moments.Add(layer, input, x, rows, cols); });
-  try {
-    const size_t window = static_cast<size_t>(generator.max_model_len());
-    for (size_t begin = 0; begin < tokens.size(); begin += window) {
-      const size_t n = std::min(window, tokens.size() - begin);
-      generator.PromptLogits(std::span<const int32_t>(tokens.data() + begin, n));
-    }
-  } catch (...) {
-    model.SetActivationObserver(nullptr);  // the observer refers to this frame
-    throw;
+  CallbackObserver observer({}, [&](int32_t layer, LinearInput input, const float* x, int32_t rows,
+                                    int32_t cols) { moments.Add(layer, input, x, rows, cols); });
+  const ScopedForwardObserver scoped(model, &observer);
+  const size_t window = static_cast<size_t>(generator.max_model_len());
+  for (size_t begin = 0; begin < tokens.size(); begin += window) {
+    const size_t n = std::min(window, tokens.size() - begin);
+    generator.PromptLogits(std::span<const int32_t>(tokens.data() + begin, n));
   }
-  model.SetActivationObserver(nullptr);
   return moments;
 }
 

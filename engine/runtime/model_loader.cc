@@ -262,24 +262,20 @@ KeyChannelStats CalibrateKeys(LoadedModel& m, const EngineOptions& options,
   // One accumulator per rank (its KV heads, fed on its thread).
   const int world = m.tensor_parallel_size();
   std::vector<KeyStatsAccumulator> acc;
+  std::vector<std::unique_ptr<CallbackObserver>> observers;
+  std::vector<std::unique_ptr<ScopedForwardObserver>> scoped;  // removed on every exit path
   acc.reserve(world);
   for (int r = 0; r < world; ++r) {
     acc.emplace_back(c.num_hidden_layers, layout.num_kv_heads, c.head_dim);
-    m.rank_model(r).SetKeyObserver(
-        [&acc, r](int32_t layer, const float* keys, int32_t n) { acc[r].Add(layer, keys, n); });
+    observers.push_back(std::make_unique<CallbackObserver>(
+        [&acc, r](int32_t layer, const float* keys, int32_t n) { acc[r].Add(layer, keys, n); }));
+    scoped.push_back(
+        std::make_unique<ScopedForwardObserver>(m.rank_model(r), observers.back().get()));
   }
-  auto clear_observers = [&] {  // the observers refer to this frame
-    for (int r = 0; r < world; ++r) m.rank_model(r).SetKeyObserver(nullptr);
-  };
   std::vector<float> logits;
-  try {
-    PrefillSequence(*m.model, *cache, table, tokens, 0, options.max_num_batched_tokens, false,
-                    &logits);
-  } catch (...) {
-    clear_observers();
-    throw;
-  }
-  clear_observers();
+  PrefillSequence(*m.model, *cache, table, tokens, 0, options.max_num_batched_tokens, false,
+                  &logits);
+  scoped.clear();
   table.Release(pool);
 
   KeyChannelStats stats = MergeRankKeyStats(m, acc, text_name);

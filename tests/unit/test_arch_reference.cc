@@ -229,10 +229,11 @@ TEST(ArchKeys, ObservedKeysAreTheCachedKeys) {
   LoadedModel m = LoadModel(Options(ModelDir("qwen3")));
   const ModelConfig& c = m.model->config();
   std::vector<std::vector<float>> observed(static_cast<size_t>(c.num_hidden_layers));
-  m.model->SetKeyObserver([&](int32_t layer, const float* keys, int32_t n) {
+  CallbackObserver observer([&](int32_t layer, const float* keys, int32_t n) {
     observed[static_cast<size_t>(layer)].assign(
         keys, keys + static_cast<size_t>(n) * c.num_key_value_heads * c.head_dim);
   });
+  const ScopedForwardObserver scoped(*m.model, &observer);
   ForwardBatch b;
   b.token_ids = {1};
   b.positions = {0};

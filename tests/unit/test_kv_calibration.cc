@@ -382,10 +382,13 @@ TEST(KeyCalibration, BundledModelOnBuiltinText) {
   if (tokens.size() > static_cast<size_t>(gen.max_model_len())) tokens.resize(gen.max_model_len());
 
   KeyStatsAccumulator acc(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim);
-  gen.model().SetKeyObserver(
+  CallbackObserver observer(
       [&acc](int32_t layer, const float* keys, int32_t n) { acc.Add(layer, keys, n); });
-  const std::vector<float> logits = gen.PromptLogits(tokens);
-  gen.model().SetKeyObserver({});
+  std::vector<float> logits;
+  {
+    const ScopedForwardObserver scoped(gen.model(), &observer);
+    logits = gen.PromptLogits(tokens);
+  }
   ASSERT_EQ(logits.size(), tokens.size() * static_cast<size_t>(cfg.vocab_size));
 
   for (int32_t l = 0; l < cfg.num_hidden_layers; ++l) {
