@@ -62,7 +62,7 @@ soak: build
 	  node --test --test-reporter=spec soak.test.mjs
 
 test-asan: deps
-	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTQ_SANITIZE=ON -DTQ_CUDA=OFF $(CMAKE_FLAGS)
+	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTQ_SANITIZE=ON -DTQ_CUDA=OFF -DTQ_BUILD_BENCH=OFF $(CMAKE_FLAGS)
 	cmake --build $(ASAN_DIR)
 	cd $(ASAN_DIR) && ctest --output-on-failure --timeout 900 -j $(CTEST_JOBS)
 
@@ -75,7 +75,7 @@ test-asan: deps
 TSAN_OPTIONS_TQ := suppressions=$(CURDIR)/tests/tsan.supp halt_on_error=1 second_deadlock_stack=1 exitcode=66
 TSAN_CTEST_ARGS ?=
 test-tsan: deps
-	cmake -S . -B $(TSAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTQ_TSAN=ON -DTQ_CUDA=OFF $(CMAKE_FLAGS)
+	cmake -S . -B $(TSAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTQ_TSAN=ON -DTQ_CUDA=OFF -DTQ_BUILD_BENCH=OFF $(CMAKE_FLAGS)
 	cmake --build $(TSAN_DIR)
 	cd $(TSAN_DIR) && TSAN_OPTIONS="$(TSAN_OPTIONS_TQ)" ctest --output-on-failure --timeout 1800 -j $(CTEST_JOBS) $(TSAN_CTEST_ARGS)
 
