@@ -23,6 +23,7 @@
 #include "engine/quant/sensitivity.h"
 #include "engine/runtime/offline_engine.h"
 #include "engine/runtime/perplexity.h"
+#include "sanitizer_build.h"
 #include "temp_dir_test.h"
 
 namespace tq {
@@ -35,11 +36,7 @@ constexpr size_t kCalibrationDocs = 40;
 // whole held-out text, would take ~8 minutes of CI: they are asserted in the
 // Release run, and the sanitizer run covers the same code (quantize, load,
 // calibrate, score, allocate) on a few documents.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
+constexpr bool kSanitized = kSanitizerBuild;
 
 EngineOptions Options(const std::string& model_dir, const std::string& quant_config = "") {
   EngineOptions o;
