@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -259,18 +260,18 @@ KeyChannelStats CalibrateKeys(LoadedModel& m, const EngineOptions& options,
   BlockTable table(layout.block_size);
   table.EnsureCapacity(pool, static_cast<int32_t>(tokens.size()));
 
-  // One accumulator per rank (its KV heads, fed on its thread).
+  // One accumulator and observer per rank (its KV heads, fed on its thread).
+  // Deques: the models point at elements, which emplace_back never moves.
   const int world = m.tensor_parallel_size();
   std::vector<KeyStatsAccumulator> acc;
-  std::vector<std::unique_ptr<CallbackObserver>> observers;
-  std::vector<std::unique_ptr<ScopedForwardObserver>> scoped;  // removed on every exit path
+  std::deque<CallbackObserver> observers;
+  std::deque<ScopedForwardObserver> scoped;  // removes them on every exit path
   acc.reserve(world);
   for (int r = 0; r < world; ++r) {
     acc.emplace_back(c.num_hidden_layers, layout.num_kv_heads, c.head_dim);
-    observers.push_back(std::make_unique<CallbackObserver>(
-        [&acc, r](int32_t layer, const float* keys, int32_t n) { acc[r].Add(layer, keys, n); }));
-    scoped.push_back(
-        std::make_unique<ScopedForwardObserver>(m.rank_model(r), observers.back().get()));
+    observers.emplace_back(
+        [&acc, r](int32_t layer, const float* keys, int32_t n) { acc[r].Add(layer, keys, n); });
+    scoped.emplace_back(m.rank_model(r), &observers.back());
   }
   std::vector<float> logits;
   PrefillSequence(*m.model, *cache, table, tokens, 0, options.max_num_batched_tokens, false,

@@ -18,15 +18,15 @@ PositionLogprobs ComputeLogprobs(std::span<const float> logits, int32_t token, i
     if (!std::isnan(l)) z += std::exp(static_cast<double>(l) - m);
   }
   const double log_z = m + std::log(z);
-  auto logprob = [&](int32_t t) {
+  auto logprob_double = [&](int32_t t) {
     const float l = logits[t];
-    return std::isnan(l) ? -std::numeric_limits<float>::infinity()
-                         : static_cast<float>(static_cast<double>(l) - log_z);
+    return std::isnan(l) ? -std::numeric_limits<double>::infinity()
+                         : static_cast<double>(l) - log_z;
   };
+  auto logprob = [&](int32_t t) { return static_cast<float>(logprob_double(t)); };
   PositionLogprobs out;
-  out.chosen = {token, logprob(token)};
-  out.chosen_logprob = std::isnan(logits[token]) ? -std::numeric_limits<double>::infinity()
-                                                 : static_cast<double>(logits[token]) - log_z;
+  out.chosen_logprob = logprob_double(token);
+  out.chosen = {token, static_cast<float>(out.chosen_logprob)};
   const auto vocab = static_cast<int32_t>(logits.size());
   k = std::min(k, vocab);
   if (k > 0) {

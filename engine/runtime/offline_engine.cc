@@ -156,9 +156,10 @@ std::vector<std::vector<double>> OfflineEngine::ScorePrompts(
 
 std::vector<float> OfflineEngine::PromptLogits(std::span<const int32_t> tokens) {
   CheckPrompt(tokens);
-  ScopedBlockTable scoped(core_->idle_block_pool(), loaded_->cache->layout().block_size);
+  BlockPool& pool = core_->idle_block_pool();
+  ScopedBlockTable scoped(pool, loaded_->cache->layout().block_size);
   BlockTable& table = scoped.get();
-  if (!table.EnsureCapacity(core_->idle_block_pool(), static_cast<int32_t>(tokens.size()))) {
+  if (!table.EnsureCapacity(pool, static_cast<int32_t>(tokens.size()))) {
     throw Error("KV cache too small for " + std::to_string(tokens.size()) + " tokens");
   }
   std::vector<float> all;
