@@ -81,11 +81,10 @@ Result RunBatch(tq::LoadedModel& m, const Flags& f, int batch, std::mt19937& rng
   c.max_num_seqs = 256;
   c.max_num_batched_tokens = 2048;
   c.max_model_len = m.max_model_len;
-  c.block_size = m.cache->layout().block_size;
-  c.num_blocks = m.cache->layout().num_blocks;
+  c.block_size = m.executor->cache().layout().block_size;
+  c.num_blocks = m.executor->cache().layout().num_blocks;
   c.eos_token_ids = m.files.config.eos_token_ids;
-  tq::EngineCore core(c, std::make_unique<tq::LlamaModelRunner>(m.model.get(), m.cache.get()),
-                      nullptr);
+  tq::EngineCore core(c, std::make_unique<tq::LlamaModelRunner>(m.executor.get()), nullptr);
   std::uniform_int_distribution<int32_t> id(3, m.files.config.vocab_size - 1);
   for (int b = 0; b < batch; ++b) {
     tq::EngineRequest r;
@@ -134,12 +133,12 @@ int main(int argc, char** argv) {
   o.max_model_len = f.prompt_tokens + f.output_tokens + 16;
   // A pool for max_batch sequences of max_model_len tokens.
   auto m = std::make_unique<tq::LoadedModel>(tq::LoadModel(o));
-  const int32_t block_size = m->cache->layout().block_size;
+  const int32_t block_size = m->executor->cache().layout().block_size;
   const int32_t need = max_batch * ((o.max_model_len + block_size - 1) / block_size);
-  if (m->cache->layout().num_blocks < need) {
-    o.kv_cache_memory =
-        tq::PagedKvCache::BytesPerBlock(m->cache->num_layers(), m->cache->layout()) *
-        static_cast<size_t>(need);
+  if (m->executor->cache().layout().num_blocks < need) {
+    o.kv_cache_memory = tq::PagedKvCache::BytesPerBlock(m->executor->cache().num_layers(),
+                                                        m->executor->cache().layout()) *
+                        static_cast<size_t>(need);
     m.reset();
     m = std::make_unique<tq::LoadedModel>(tq::LoadModel(o));
   }

@@ -114,11 +114,10 @@ struct Bench {
     c.max_num_seqs = 256;
     c.max_num_batched_tokens = 512;
     c.max_model_len = m->max_model_len;
-    c.block_size = m->cache->layout().block_size;
-    c.num_blocks = m->cache->layout().num_blocks;
+    c.block_size = m->executor->cache().layout().block_size;
+    c.num_blocks = m->executor->cache().layout().num_blocks;
     c.eos_token_ids = m->files.config.eos_token_ids;
-    tq::EngineCore core(c, std::make_unique<tq::LlamaModelRunner>(m->model.get(), m->cache.get()),
-                        nullptr);
+    tq::EngineCore core(c, std::make_unique<tq::LlamaModelRunner>(m->executor.get()), nullptr);
     std::vector<std::shared_ptr<tq::RequestStream>> streams;
     for (size_t s = 0; s < prompts.size(); ++s) {
       tq::EngineRequest r;
@@ -175,8 +174,9 @@ int main(int argc, char** argv) {
   {
     const auto first = std::make_unique<tq::LoadedModel>(tq::LoadModel(o));
     o.kv_cache_memory =
-        tq::PagedKvCache::BytesPerBlock(first->cache->num_layers(), first->cache->layout()) *
-        static_cast<size_t>(f.batch * (512 / first->cache->layout().block_size));
+        tq::PagedKvCache::BytesPerBlock(first->executor->cache().num_layers(),
+                                        first->executor->cache().layout()) *
+        static_cast<size_t>(f.batch * (512 / first->executor->cache().layout().block_size));
   }
   tq::LoadedModel m = tq::LoadModel(o);
   Bench b{&m, m.files.config.vocab_size, m.files.config.bos_token_id};

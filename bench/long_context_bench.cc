@@ -108,14 +108,14 @@ struct Run {
 
 // Random K/V (N(0, 1)) for positions [0, n) of every layer.
 void FillCache(Run& r, int32_t n) {
-  const tq::kernels::KvLayout& l = r.m.cache->layout();
+  const tq::kernels::KvLayout& l = r.m.executor->cache().layout();
   const int32_t row = l.num_kv_heads * l.head_dim;
   constexpr int32_t kChunk = 1024;
   std::mt19937_64 rng(7);
   std::normal_distribution<float> normal;
   std::vector<float> k(static_cast<size_t>(kChunk) * row), v(k.size());
   std::vector<int32_t> slots(kChunk), positions(kChunk);
-  for (int32_t layer = 0; layer < r.m.cache->num_layers(); ++layer) {
+  for (int32_t layer = 0; layer < r.m.executor->cache().num_layers(); ++layer) {
     for (int32_t begin = 0; begin < n; begin += kChunk) {
       const int32_t count = std::min(kChunk, n - begin);
       for (float& x : k) x = normal(rng);
@@ -129,9 +129,9 @@ void FillCache(Run& r, int32_t n) {
       p.v = v.data();
       p.slot_mapping = slots.data();
       p.num_tokens = count;
-      p.cache = r.m.cache->Layer(layer);
+      p.cache = r.m.executor->cache().Layer(layer);
       p.positions = positions.data();
-      r.m.backend->KvWrite(p);
+      r.m.executor->backend().KvWrite(p);
     }
   }
 }
@@ -150,7 +150,7 @@ double DecodeMs(Run& r, int32_t ctx, int32_t steps) {
     b.token_seq = {0};
     b.slot_mapping = {static_cast<int32_t>(r.table->Slot(ctx + s))};
     b.logit_indices = {0};
-    r.m.model->Forward(b, *r.m.cache, &logits);
+    r.m.executor->Forward(b, &logits);
   }
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count() / steps;
 }
@@ -203,7 +203,7 @@ int main(int argc, char** argv) try {
       return 2;
     }
     Run r{o.kv_cache_dtype, tq::LoadModel(o), nullptr, nullptr, {}, {}};
-    const tq::kernels::KvLayout& l = r.m.cache->layout();
+    const tq::kernels::KvLayout& l = r.m.executor->cache().layout();
     r.pool = std::make_unique<tq::BlockPool>(l.num_blocks);
     r.table = std::make_unique<tq::BlockTable>(l.block_size);
     r.table->EnsureCapacity(*r.pool, positions);
@@ -229,7 +229,7 @@ int main(int argc, char** argv) try {
       for (Run& r : runs) {
         std::vector<float> logits;
         const auto start = Clock::now();
-        tq::PrefillSequence(*r.m.model, *r.m.cache, *r.table, prompt, 0, 512, false, &logits);
+        tq::PrefillSequence(*r.m.executor, *r.table, prompt, 0, 512, false, &logits);
         r.prefill_s.push_back(std::chrono::duration<double>(Clock::now() - start).count());
       }
     }
@@ -242,7 +242,7 @@ int main(int argc, char** argv) try {
   for (size_t ci = 0; ci < f.contexts.size(); ++ci) {
     const double base = Median(runs.front().ms_per_token[ci]);
     for (Run& r : runs) {
-      const tq::kernels::KvLayout& l = r.m.cache->layout();
+      const tq::kernels::KvLayout& l = r.m.executor->cache().layout();
       const double bytes_per_token =
           static_cast<double>(tq::PagedKvCache::BytesPerBlock(config.num_hidden_layers, l, 0)) /
           l.block_size;

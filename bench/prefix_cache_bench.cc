@@ -143,15 +143,14 @@ RunResult RunWorkload(tq::LoadedModel& m, const Flags& f, bool caching) {
   c.max_num_seqs = f.concurrency;
   c.max_num_batched_tokens = f.budget;
   c.max_model_len = m.max_model_len;
-  c.block_size = m.cache->layout().block_size;
-  c.num_blocks = m.cache->layout().num_blocks;
+  c.block_size = m.executor->cache().layout().block_size;
+  c.num_blocks = m.executor->cache().layout().num_blocks;
   c.eos_token_ids = m.files.config.eos_token_ids;
   c.enable_prefix_caching = caching;
-  c.prefix_cache_seed =
-      tq::PrefixCacheSeed(tq::kernels::KvDtypeName(m.cache->layout().dtype), m.kv_fingerprint);
+  c.prefix_cache_seed = tq::PrefixCacheSeed(
+      tq::kernels::KvDtypeName(m.executor->cache().layout().dtype), m.kv_fingerprint);
   TtftObserver obs;
-  tq::EngineCore core(c, std::make_unique<tq::LlamaModelRunner>(m.model.get(), m.cache.get()),
-                      &obs);
+  tq::EngineCore core(c, std::make_unique<tq::LlamaModelRunner>(m.executor.get()), &obs);
   std::mt19937 rng(4321);  // the same prompts for every run
   std::uniform_int_distribution<int32_t> id(3, m.files.config.vocab_size - 1);
   std::vector<int32_t> system = {m.files.config.bos_token_id};
@@ -205,10 +204,10 @@ int Ttft(const Flags& f) {
   // Room for every in-flight sequence without sharing: caching off must not preempt.
   {
     const tq::LoadedModel probe = tq::LoadModel(o);
-    const int32_t bs = probe.cache->layout().block_size;
-    o.kv_cache_memory =
-        tq::PagedKvCache::BytesPerBlock(probe.cache->num_layers(), probe.cache->layout()) *
-        static_cast<size_t>(f.concurrency) * ((o.max_model_len + bs - 1) / bs);
+    const int32_t bs = probe.executor->cache().layout().block_size;
+    o.kv_cache_memory = tq::PagedKvCache::BytesPerBlock(probe.executor->cache().num_layers(),
+                                                        probe.executor->cache().layout()) *
+                        static_cast<size_t>(f.concurrency) * ((o.max_model_len + bs - 1) / bs);
   }
   tq::LoadedModel m = tq::LoadModel(o);
   std::printf(
@@ -273,8 +272,8 @@ int Capacity(const Flags& f) {
     c.max_num_seqs = 1;
     c.max_num_batched_tokens = f.prefix_tokens + 16;
     c.max_model_len = o.max_model_len;
-    c.block_size = m.cache->layout().block_size;
-    c.num_blocks = m.cache->layout().num_blocks;
+    c.block_size = m.executor->cache().layout().block_size;
+    c.num_blocks = m.executor->cache().layout().num_blocks;
     c.enable_prefix_caching = true;
     c.prefix_cache_seed = tq::PrefixCacheSeed(name, m.kv_fingerprint);
     tq::Scheduler sched(c);

@@ -196,11 +196,10 @@ double DecodeRun(tq::LoadedModel& m, const Flags& f,
   c.max_num_seqs = 256;
   c.max_num_batched_tokens = 2048;
   c.max_model_len = m.max_model_len;
-  c.block_size = m.cache->layout().block_size;
-  c.num_blocks = m.cache->layout().num_blocks;
+  c.block_size = m.executor->cache().layout().block_size;
+  c.num_blocks = m.executor->cache().layout().num_blocks;
   c.eos_token_ids = m.files.config.eos_token_ids;
-  tq::EngineCore core(c, std::make_unique<tq::LlamaModelRunner>(m.model.get(), m.cache.get()),
-                      nullptr);
+  tq::EngineCore core(c, std::make_unique<tq::LlamaModelRunner>(m.executor.get()), nullptr);
   std::uniform_int_distribution<int32_t> id(3, m.files.config.vocab_size - 1);
   for (int b = 0; b < f.batch; ++b) {
     tq::EngineRequest r;

@@ -33,7 +33,7 @@ constexpr int kPromptTokens = 16;
 
 // Seconds per decode step of `batch` sequences (median of `steps`).
 double DecodeStep(tq::LoadedModel& m, int batch, int steps, uint32_t seed) {
-  const tq::kernels::KvLayout& layout = m.cache->layout();
+  const tq::kernels::KvLayout& layout = m.executor->cache().layout();
   tq::BlockPool pool(layout.num_blocks);
   std::vector<tq::BlockTable> tables(batch, tq::BlockTable(layout.block_size));
   std::mt19937 rng(seed);
@@ -67,7 +67,7 @@ double DecodeStep(tq::LoadedModel& m, int batch, int steps, uint32_t seed) {
       b.logit_indices.push_back(b.num_tokens() - 1);
     }
     const auto t0 = Clock::now();
-    m.model->Forward(b, *m.cache, &logits);
+    m.executor->Forward(b, &logits);
     if (step >= 0) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
     for (int s = 0; s < batch; ++s) {
       const float* row = logits.data() + static_cast<size_t>(s) * vocab;
@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
     loaded.push_back(std::make_unique<tq::LoadedModel>(tq::LoadModel(o)));
     std::printf("config %zu: TP=%d, --threads %d (%d per rank), %d KV blocks\n", t, tp, threads[t],
                 std::max(1, tq::kernels::CpuThreadCount(threads[t]) / tp),
-                loaded.back()->cache->layout().num_blocks);
+                loaded.back()->executor->cache().layout().num_blocks);
   }
   std::vector<std::vector<std::vector<double>>> ms(
       tps.size(), std::vector<std::vector<double>>(batches.size()));

@@ -47,16 +47,4 @@ kernels::KvLayerView PagedKvCache::Layer(int32_t layer) const {
   return view;
 }
 
-void PagedKvCache::SetPeerRanks(std::vector<std::unique_ptr<PagedKvCache>> peers) {
-  for (const auto& p : peers) {
-    const kernels::KvLayout& l = p->layout();
-    if (p->num_layers() != num_layers() || l.dtype != layout_.dtype ||
-        l.num_blocks != layout_.num_blocks || l.block_size != layout_.block_size ||
-        l.num_kv_heads != layout_.num_kv_heads || l.head_dim != layout_.head_dim) {
-      throw std::invalid_argument("PagedKvCache::SetPeerRanks: a rank's cache layout differs");
-    }
-  }
-  peers_ = std::move(peers);
-}
-
 }  // namespace tq

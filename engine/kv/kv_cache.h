@@ -13,7 +13,9 @@ namespace tq {
 
 /// Owns the per-layer pools, all with the same KvLayout (see
 /// kernels/kv_layout.h for the byte layout). Block ids index every layer alike,
-/// so one block table serves all layers. Thread ownership: the engine thread.
+/// so one block table serves all layers. Under tensor parallelism each rank
+/// has its own cache of its KV heads (ModelExecutor's workers). Thread
+/// ownership: the engine thread (a rank's cache: that rank's thread).
 class PagedKvCache {
  public:
   /// Allocates layout.num_blocks blocks for each of num_layers layers.
@@ -48,13 +50,6 @@ class PagedKvCache {
   }
   int32_t sink_tokens() const { return sink_tokens_; }
 
-  /// Tensor parallelism: rank 0's cache owns the caches of ranks 1..N-1 (each
-  /// the pools of that rank's KV heads, same layout and block count, so one
-  /// block table serves all ranks). Rank(0) is this cache.
-  void SetPeerRanks(std::vector<std::unique_ptr<PagedKvCache>> peers);
-  int num_ranks() const { return 1 + static_cast<int>(peers_.size()); }
-  PagedKvCache& Rank(int r) { return r == 0 ? *this : *peers_.at(static_cast<size_t>(r - 1)); }
-
  private:
   kernels::KvLayout layout_;
   std::shared_ptr<const TqCodecState> tq_;
@@ -62,7 +57,6 @@ class PagedKvCache {
   std::vector<kernels::BackendBuffer> sink_k_, sink_v_;
   std::vector<kernels::BackendBuffer> k_;
   std::vector<kernels::BackendBuffer> v_;
-  std::vector<std::unique_ptr<PagedKvCache>> peers_;
 };
 
 }  // namespace tq

@@ -6,7 +6,6 @@
 
 #include "engine/model/decode_graphs.h"
 #include "engine/parallel/communicator.h"
-#include "engine/parallel/rank_executor.h"
 
 namespace tq {
 namespace {
@@ -68,15 +67,6 @@ void LlamaModel::EnableDecodeGraphs(int32_t max_batch, int32_t max_blocks_per_se
       std::make_unique<DecodeGraphRunner>(backend_, max_batch, max_blocks_per_seq, eager_fallback);
 }
 
-void LlamaModel::SetTensorParallelPeers(std::vector<LlamaModel*> peers, RankExecutor* executor) {
-  if (plan_.rank != 0 || static_cast<int>(peers.size()) + 1 != plan_.world_size ||
-      executor == nullptr || executor->world_size() != plan_.world_size) {
-    throw std::invalid_argument("SetTensorParallelPeers: rank 0 needs world_size - 1 peers");
-  }
-  peers_ = std::move(peers);
-  executor_ = executor;
-}
-
 const float* LlamaModel::ObservedCopy(const float* x, size_t n) {
   observed_.resize(n);
   backend_->CopyToHost(observed_.data(), x, n * sizeof(float));
@@ -129,12 +119,10 @@ void LlamaModel::EnsureWorkspace(int32_t num_tokens, int32_t num_logits) {
 void LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& cache,
                          std::vector<float>* logits) {
   CheckBatch(batch, config_, cache.layout());
-  if (cache.num_ranks() != plan_.world_size || cache.layout().num_kv_heads != plan_.num_kv_heads) {
-    throw std::invalid_argument("LlamaModel::Forward: the KV cache has " +
-                                std::to_string(cache.num_ranks()) + " rank(s) of " +
-                                std::to_string(cache.layout().num_kv_heads) +
-                                " KV heads; the model needs " + std::to_string(plan_.world_size) +
-                                " of " + std::to_string(plan_.num_kv_heads));
+  if (cache.layout().num_kv_heads != plan_.num_kv_heads) {
+    throw std::invalid_argument(
+        "LlamaModel::Forward: the KV cache holds " + std::to_string(cache.layout().num_kv_heads) +
+        " KV heads; this rank's model has " + std::to_string(plan_.num_kv_heads));
   }
   // Every path below writes all of it (a 128K vocabulary is 0.5 MB per row:
   // no zero fill first).
@@ -144,32 +132,13 @@ void LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& cache,
       graphs_->TryForward(*this, batch, cache, logits)) {
     return;
   }
-  if (executor_ == nullptr) {
-    ForwardRank(batch, cache, logits);
-    return;
-  }
-  executor_->Run([&](int rank) {
-    if (rank == 0) {
-      ForwardRank(batch, cache, logits);
-    } else {
-      peers_[static_cast<size_t>(rank - 1)]->ForwardRank(batch, cache.Rank(rank), nullptr);
-    }
-  });
+
+  EnsureWorkspace(batch.num_tokens(), static_cast<int32_t>(batch.logit_indices.size()));
+  ForwardOps(UploadInputs(batch), batch.logit_indices, cache);
+  ReturnLogits(static_cast<int32_t>(batch.logit_indices.size()), logits);
 }
 
-void LlamaModel::AllReduceHidden(int32_t num_tokens) {
-  if (!plan_.comm) return;
-  plan_.comm->AllReduceSum(hidden_.data(), static_cast<size_t>(num_tokens) * config_.hidden_size,
-                           CommDtype::kF32);
-}
-
-void LlamaModel::ForwardRank(const ForwardBatch& batch, PagedKvCache& cache,
-                             std::vector<float>* logits) {
-  const ModelConfig& c = config_;
-  const int32_t n = batch.num_tokens();
-  const int32_t num_logits = static_cast<int32_t>(batch.logit_indices.size());
-  EnsureWorkspace(n, num_logits);
-
+LlamaModel::StepInputs LlamaModel::UploadInputs(const ForwardBatch& batch) {
   auto upload = [&](kernels::BackendBuffer& dst, const std::vector<int32_t>& src) {
     backend_->CopyToDevice(dst.data(), src.data(), src.size() * sizeof(int32_t));
   };
@@ -189,9 +158,13 @@ void LlamaModel::ForwardRank(const ForwardBatch& batch, PagedKvCache& cache,
   in.host_token_seq = batch.token_seq.data();
   in.slots = slots_.as<int32_t>();
   in.block_tables = block_tables_.as<int32_t>();
-  in.num_tokens = n;
+  in.num_tokens = batch.num_tokens();
   in.max_blocks_per_seq = batch.max_blocks_per_seq;
-  ForwardOps(in, batch.logit_indices, cache);
+  return in;
+}
+
+void LlamaModel::ReturnLogits(int32_t num_logits, std::vector<float>* logits) {
+  const ModelConfig& c = config_;
   const int32_t shard = plan_.vocab_shard;
   if (!plan_.comm) {
     if (logits)
@@ -213,6 +186,12 @@ void LlamaModel::ForwardRank(const ForwardBatch& batch, PagedKvCache& cache,
       std::copy(src, src + rows, logits->data() + static_cast<size_t>(i) * c.vocab_size + first);
     }
   }
+}
+
+void LlamaModel::AllReduceHidden(int32_t num_tokens) {
+  if (!plan_.comm) return;
+  plan_.comm->AllReduceSum(hidden_.data(), static_cast<size_t>(num_tokens) * config_.hidden_size,
+                           CommDtype::kF32);
 }
 
 void LlamaModel::ForwardOps(const StepInputs& in, const std::vector<int32_t>& logit_indices,

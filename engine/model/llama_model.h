@@ -16,7 +16,6 @@
 
 namespace tq {
 
-class RankExecutor;
 class DecodeGraphRunner;
 
 /// Inputs of one forward step: the new tokens of every scheduled sequence,
@@ -43,27 +42,25 @@ struct ForwardBatch {
 /// and k before RoPE: modeling_qwen3), as ModelConfig says. Thread ownership: the engine thread;
 /// Forward is not reentrant (it reuses activation buffers).
 ///
-/// Tensor parallelism (docs/parallelism.md): each rank has its own LlamaModel
+/// Tensor parallelism (docs/parallelism.md): a LlamaModel is one rank's shard,
 /// with its TpPlan, weight slices (LoadLlamaWeights with the plan), backend and
 /// KV cache of its KV heads; o_proj and down_proj outputs are all-reduced over
-/// plan.comm and the lm_head shards' logits all-gathered. Rank 0's model is
-/// the one the runtime calls: after SetTensorParallelPeers its Forward runs the
-/// same batch on every rank's thread (RankExecutor) with cache.Rank(r).
+/// plan.comm and the lm_head shards' logits all-gathered. The shard does not
+/// drive the others: ModelExecutor (engine/runtime/model_executor.h) runs the
+/// same batch through every rank's Forward on that rank's thread.
 class LlamaModel {
  public:
   LlamaModel(const ModelConfig& config, LlamaWeights weights, kernels::Backend* backend,
              const TpPlan& plan = {});
   ~LlamaModel();
 
-  /// Rank 0 only: peers[r - 1] is rank r's model; `executor` runs the ranks.
-  /// Non-owning; both must outlive this model's Forward calls.
-  void SetTensorParallelPeers(std::vector<LlamaModel*> peers, RankExecutor* executor);
-
-  /// Runs the batch, writing each token's K/V into `cache`, and returns the
-  /// logits of batch.logit_indices in *logits ([logit_indices.size(), vocab],
-  /// row-major, host memory). Throws std::invalid_argument on a malformed
-  /// batch (token id out of range, sizes that disagree). logits == nullptr
-  /// leaves them in backend memory only (device_logits()).
+  /// Runs the batch, writing each token's K/V into `cache` (this rank's KV
+  /// heads), and returns the logits of batch.logit_indices in *logits
+  /// ([logit_indices.size(), vocab], row-major, host memory; under tensor
+  /// parallelism gathered from every rank, which must run the same batch
+  /// concurrently). Throws std::invalid_argument on a malformed batch (token
+  /// id out of range, sizes that disagree) or a cache of other KV heads.
+  /// logits == nullptr leaves them in backend memory only (device_logits()).
   void Forward(const ForwardBatch& batch, PagedKvCache& cache, std::vector<float>* logits);
 
   /// The last Forward's logits in backend memory, [logit_indices.size(),
@@ -115,8 +112,10 @@ class LlamaModel {
     int32_t max_blocks_per_seq = 0;
   };
 
-  // One rank's forward pass; logits may be null (ranks other than 0).
-  void ForwardRank(const ForwardBatch& batch, PagedKvCache& cache, std::vector<float>* logits);
+  // Forward's steps: the batch's vectors into backend memory; the ops; the
+  // logits to the host (all-gathered from every rank under TP).
+  StepInputs UploadInputs(const ForwardBatch& batch);
+  void ReturnLogits(int32_t num_logits, std::vector<float>* logits);
   // The forward pass's backend ops: embedding, layers, final norm and
   // lm_head into logits_ ([logit_indices.size(), vocab_shard]). Backend ops
   // only, so a graph can capture it when no observer is set and there is one
@@ -133,8 +132,6 @@ class LlamaModel {
   LlamaWeights weights_;
   kernels::Backend* backend_;
   TpPlan plan_;
-  std::vector<LlamaModel*> peers_;
-  RankExecutor* executor_ = nullptr;
   kernels::BackendBuffer inv_freq_;      // [head_dim / 2]
   ForwardObserver* observer_ = nullptr;  // calibration only; null while serving
   // Host copy of what the observer sees (backend memory may be a device's).

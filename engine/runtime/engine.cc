@@ -33,16 +33,17 @@ using Command = std::variant<AddCommand, AbortCommand>;
 
 EngineInfo DescribeEngine(const EngineOptions& options, const LoadedModel& m) {
   EngineInfo info;
-  const kernels::KvLayout& layout = m.cache->layout();
+  const PagedKvCache& cache = m.executor->cache();
+  const kernels::KvLayout& layout = cache.layout();
   info.model_dir = options.model_dir;
   info.kv_cache_dtype = std::string(kernels::KvDtypeName(layout.dtype));
   info.block_size = layout.block_size;
   info.num_kv_blocks = layout.num_blocks;
   // Every rank's pool has the same layout (its own KV heads).
-  const int world = m.tensor_parallel_size();
+  const int world = m.executor->world_size();
   info.kv_bytes_per_block =
-      world * PagedKvCache::BytesPerBlock(m.cache->num_layers(), layout, m.cache->sink_tokens());
-  info.kv_cache_bytes = world * m.cache->total_bytes();
+      world * PagedKvCache::BytesPerBlock(cache.num_layers(), layout, cache.sink_tokens());
+  info.kv_cache_bytes = world * cache.total_bytes();
   info.kv_capacity_tokens = static_cast<int64_t>(layout.num_blocks) * layout.block_size;
   info.max_model_len = m.max_model_len;
   info.max_num_seqs = options.max_num_seqs;
@@ -54,13 +55,13 @@ EngineInfo DescribeEngine(const EngineOptions& options, const LoadedModel& m) {
   for (const RankMemory& r : info.ranks) {
     for (const auto& [precision, bytes] : r.weight_bytes) info.weight_bytes[precision] += bytes;
   }
-  info.weights_summary = WeightsSummary(*m.model);
+  info.weights_summary = WeightsSummary(m.executor->model());
   info.kv_calibration_source = m.kv_calibration_source;
   info.kv_dtype_choice = m.kv_dtype_choice.Describe();
   for (const KvQualityScore& s : m.kv_dtype_choice.scores) {
     info.kv_quality_ratios.emplace_back(std::string(kernels::KvDtypeName(s.dtype)), s.ratio);
   }
-  info.device = std::string(m.backend->Name());
+  info.device = std::string(m.executor->backend().Name());
   info.device_note = m.device_note;
   return info;
 }

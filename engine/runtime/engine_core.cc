@@ -28,7 +28,7 @@ EngineCore::EngineCore(const SchedulerConfig& config, std::unique_ptr<ModelRunne
 
 std::unique_ptr<EngineCore> MakeEngineCore(const EngineOptions& options, LoadedModel& model,
                                            EngineObserver* observer) {
-  const kernels::KvLayout& layout = model.cache->layout();
+  const kernels::KvLayout& layout = model.executor->cache().layout();
   SchedulerConfig config;
   config.max_num_seqs = options.max_num_seqs;
   config.max_num_batched_tokens = options.max_num_batched_tokens;
@@ -40,7 +40,7 @@ std::unique_ptr<EngineCore> MakeEngineCore(const EngineOptions& options, LoadedM
   config.prefix_cache_seed =
       PrefixCacheSeed(std::string(kernels::KvDtypeName(layout.dtype)), model.kv_fingerprint);
   return std::make_unique<EngineCore>(
-      config, std::make_unique<LlamaModelRunner>(model.model.get(), model.cache.get()), observer);
+      config, std::make_unique<LlamaModelRunner>(model.executor.get()), observer);
 }
 
 BlockPool& EngineCore::idle_block_pool() {

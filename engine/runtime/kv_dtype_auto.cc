@@ -7,7 +7,6 @@
 
 #include "engine/common/error.h"
 #include "engine/kv/block_pool.h"
-#include "engine/runtime/model_loader.h"
 #include "engine/runtime/perplexity.h"
 
 namespace tq {
@@ -16,18 +15,20 @@ namespace {
 using kernels::KvDtype;
 
 // Perplexity of `tokens` (positions 1.. scored) through a fresh cache of `dtype`.
-double ScorePerplexity(LlamaModel& model, std::span<const int32_t> tokens, KvDtype dtype,
+double ScorePerplexity(ModelExecutor& executor, std::span<const int32_t> tokens, KvDtype dtype,
                        int32_t block_size, int32_t chunk, const ScoringCacheFactory& make_cache) {
   const auto n = static_cast<int32_t>(tokens.size());
   const int32_t blocks = (n + block_size - 1) / block_size;
-  std::unique_ptr<PagedKvCache> cache = make_cache(dtype, blocks);
+  const RankCaches caches = make_cache(dtype, blocks);
   BlockPool pool(blocks);
   BlockTable table(block_size);
   table.EnsureCapacity(pool, n);
   std::vector<float> logits;
-  PrefillSequence(model, *cache, table, tokens, 0, chunk, /*all_logits=*/true, &logits);
+  PrefillSequence(
+      [&](const ForwardBatch& b, std::vector<float>* l) { executor.Forward(b, caches, l); }, table,
+      tokens, 0, chunk, /*all_logits=*/true, &logits);
   table.Release(pool);
-  const int32_t vocab = model.config().vocab_size;
+  const int32_t vocab = executor.model().config().vocab_size;
   double nll = 0.0;
   for (int32_t p = 1; p < n; ++p) {
     nll += NegLogProb(logits.data() + static_cast<size_t>(p - 1) * vocab, vocab, tokens[p]);
@@ -68,7 +69,7 @@ KvDtype PickKvDtype(std::span<const KvQualityScore> scores, double budget) {
   return best ? best->dtype : KvDtype::kF16;
 }
 
-KvDtypeChoice ChooseKvDtype(LlamaModel& model, std::span<const int32_t> held_out,
+KvDtypeChoice ChooseKvDtype(ModelExecutor& executor, std::span<const int32_t> held_out,
                             std::span<const KvDtype> candidates, double budget, int32_t block_size,
                             int32_t chunk, const ScoringCacheFactory& make_cache) {
   if (held_out.size() < 2) {
@@ -81,13 +82,13 @@ KvDtypeChoice ChooseKvDtype(LlamaModel& model, std::span<const int32_t> held_out
   c.budget = budget;
   c.scored_tokens = static_cast<int64_t>(held_out.size()) - 1;
   c.reference_perplexity =
-      ScorePerplexity(model, held_out, KvDtype::kF32, block_size, chunk, make_cache);
-  const int32_t head_dim = model.config().head_dim;
+      ScorePerplexity(executor, held_out, KvDtype::kF32, block_size, chunk, make_cache);
+  const int32_t head_dim = executor.model().config().head_dim;
   for (KvDtype dtype : candidates) {
     KvQualityScore s;
     s.dtype = dtype;
     s.bits_per_element = kernels::KvBitsPerElement(dtype, head_dim);
-    s.perplexity = ScorePerplexity(model, held_out, dtype, block_size, chunk, make_cache);
+    s.perplexity = ScorePerplexity(executor, held_out, dtype, block_size, chunk, make_cache);
     s.ratio = s.perplexity / c.reference_perplexity;
     c.scores.push_back(s);
   }

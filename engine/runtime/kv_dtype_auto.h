@@ -14,8 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/kv/kv_cache.h"
-#include "engine/model/llama_model.h"
+#include "engine/runtime/model_executor.h"
 #include "kernels/kv_layout.h"
 
 namespace tq {
@@ -57,16 +56,17 @@ std::vector<kernels::KvDtype> AutoKvCandidates(int32_t head_dim,
 /// The first score (fewest bits) whose ratio is <= budget; fp16 when none is.
 kernels::KvDtype PickKvDtype(std::span<const KvQualityScore> scores, double budget);
 
-/// Builds an empty cache of `dtype` with `num_blocks` blocks of the model's
-/// layout (tq formats with the calibrated statistics); the caller's.
-using ScoringCacheFactory =
-    std::function<std::unique_ptr<PagedKvCache>(kernels::KvDtype dtype, int32_t num_blocks)>;
+/// Builds empty caches (one per rank: ModelExecutor::MakeCaches) of `dtype`
+/// with `num_blocks` blocks of the model's layout (tq formats with the
+/// calibrated statistics); the caller's.
+using ScoringCacheFactory = std::function<RankCaches(kernels::KvDtype dtype, int32_t num_blocks)>;
 
 /// Scores `held_out` (one sequence, its first token unscored) with fp32 and
 /// with each candidate, in prefill chunks of `chunk` tokens, and picks with
-/// PickKvDtype. Engine thread only (runs the model). Throws tq::Error when
-/// held_out has fewer than 2 tokens, or when a perplexity is not finite.
-KvDtypeChoice ChooseKvDtype(LlamaModel& model, std::span<const int32_t> held_out,
+/// PickKvDtype, on every rank of `executor`. The loading thread only (runs
+/// the model). Throws tq::Error when held_out has fewer than 2 tokens, or
+/// when a perplexity is not finite.
+KvDtypeChoice ChooseKvDtype(ModelExecutor& executor, std::span<const int32_t> held_out,
                             std::span<const kernels::KvDtype> candidates, double budget,
                             int32_t block_size, int32_t chunk,
                             const ScoringCacheFactory& make_cache);

@@ -116,24 +116,6 @@ std::string ModelFingerprint(const LoadedModel& m) {
   return hex;
 }
 
-// Rank 0's cache of `layout` (the rank's KV heads) owning those of ranks
-// 1..N-1; tq[r] is rank r's codec state (empty for non-tq dtypes).
-std::unique_ptr<PagedKvCache> MakeRankCaches(
-    const LoadedModel& m, const kernels::KvLayout& layout,
-    const std::vector<std::shared_ptr<const TqCodecState>>& tq, int32_t sink_tokens) {
-  const int32_t layers = m.files.config.num_hidden_layers;
-  auto rank_tq = [&](int r) { return tq.empty() ? nullptr : tq[r]; };
-  auto cache =
-      std::make_unique<PagedKvCache>(m.backend.get(), layers, layout, rank_tq(0), sink_tokens);
-  std::vector<std::unique_ptr<PagedKvCache>> peers;
-  for (int r = 1; r < m.tensor_parallel_size(); ++r) {
-    peers.push_back(std::make_unique<PagedKvCache>(&m.rank_backend(r), layers, layout, rank_tq(r),
-                                                   sink_tokens));
-  }
-  cache->SetPeerRanks(std::move(peers));
-  return cache;
-}
-
 // The ranks' statistics of their KV heads as one [layers][all KV heads][head_dim]
 // set (a replicated head's ranks saw the same keys; the last one is kept).
 KeyChannelStats MergeRankKeyStats(const LoadedModel& m, const std::vector<KeyStatsAccumulator>& acc,
@@ -150,7 +132,7 @@ KeyChannelStats MergeRankKeyStats(const LoadedModel& m, const std::vector<KeySta
   all.scale.resize(all.mean.size());
   for (size_t r = 0; r < acc.size(); ++r) {
     const KeyChannelStats part = acc[r].Finish(source);
-    const TpPlan& plan = m.rank_model(static_cast<int>(r)).tp_plan();
+    const TpPlan& plan = m.executor->worker(static_cast<int>(r)).model->tp_plan();
     all.num_tokens = r == 0 ? part.num_tokens : std::min(all.num_tokens, part.num_tokens);
     for (int32_t l = 0; l < all.num_layers; ++l) {
       for (int32_t h = 0; h < plan.num_kv_heads; ++h) {
@@ -169,7 +151,7 @@ KeyChannelStats MergeRankKeyStats(const LoadedModel& m, const std::vector<KeySta
 std::shared_ptr<const TqCodecState> RankCodecState(const LoadedModel& m, kernels::KvDtype dtype,
                                                    const KeyChannelStats& stats, int r) {
   const ModelConfig& c = m.files.config;
-  const TpPlan& plan = m.rank_model(r).tp_plan();
+  const TpPlan& plan = m.executor->worker(r).model->tp_plan();
   ModelConfig local = c;
   local.num_key_value_heads = plan.num_kv_heads;
   const size_t hd = c.head_dim;
@@ -251,18 +233,18 @@ KeyChannelStats CalibrateKeys(LoadedModel& m, const EngineOptions& options,
   kernels::KvLayout layout;
   layout.dtype = kernels::KvDtype::kF32;
   layout.block_size = options.block_size;
-  layout.num_kv_heads = m.model->tp_plan().num_kv_heads;
+  layout.num_kv_heads = m.executor->model().tp_plan().num_kv_heads;
   layout.head_dim = c.head_dim;
   layout.num_blocks =
       (static_cast<int32_t>(tokens.size()) + layout.block_size - 1) / layout.block_size;
-  std::unique_ptr<PagedKvCache> cache = MakeRankCaches(m, layout, {}, 0);
+  const RankCaches caches = m.executor->MakeCaches(layout, {}, 0);
   BlockPool pool(layout.num_blocks);
   BlockTable table(layout.block_size);
   table.EnsureCapacity(pool, static_cast<int32_t>(tokens.size()));
 
   // One accumulator and observer per rank (its KV heads, fed on its thread).
   // Deques: the models point at elements, which emplace_back never moves.
-  const int world = m.tensor_parallel_size();
+  const int world = m.executor->world_size();
   std::vector<KeyStatsAccumulator> acc;
   std::deque<CallbackObserver> observers;
   std::deque<ScopedForwardObserver> scoped;  // removes them on every exit path
@@ -271,11 +253,12 @@ KeyChannelStats CalibrateKeys(LoadedModel& m, const EngineOptions& options,
     acc.emplace_back(c.num_hidden_layers, layout.num_kv_heads, c.head_dim);
     observers.emplace_back(
         [&acc, r](int32_t layer, const float* keys, int32_t n) { acc[r].Add(layer, keys, n); });
-    scoped.emplace_back(m.rank_model(r), &observers.back());
+    scoped.emplace_back(*m.executor->worker(r).model, &observers.back());
   }
   std::vector<float> logits;
-  PrefillSequence(*m.model, *cache, table, tokens, 0, options.max_num_batched_tokens, false,
-                  &logits);
+  PrefillSequence(
+      [&](const ForwardBatch& b, std::vector<float>* l) { m.executor->Forward(b, caches, l); },
+      table, tokens, 0, options.max_num_batched_tokens, false, &logits);
   scoped.clear();
   table.Release(pool);
 
@@ -322,94 +305,63 @@ KeyChannelStats ChooseKvDtypeAtStartup(LoadedModel& m, const EngineOptions& opti
   KeyChannelStats stats = CalibrateKeys(m, options, &tokens);
 
   const ModelConfig& c = m.files.config;
-  const int world = m.tensor_parallel_size();
-  auto make_cache = [&](kernels::KvDtype dtype, int32_t num_blocks) {
+  const int world = m.executor->world_size();
+  auto make_caches = [&](kernels::KvDtype dtype, int32_t num_blocks) {
     kernels::KvLayout layout;
     layout.dtype = dtype;
     layout.block_size = options.block_size;
-    layout.num_kv_heads = m.model->tp_plan().num_kv_heads;
+    layout.num_kv_heads = m.executor->model().tp_plan().num_kv_heads;
     layout.head_dim = c.head_dim;
     layout.num_blocks = num_blocks;
     std::vector<std::shared_ptr<const TqCodecState>> tq;
     if (kernels::KvStoresPreRopeKeys(dtype)) {
       for (int r = 0; r < world; ++r) tq.push_back(RankCodecState(m, dtype, stats, r));
     }
-    return MakeRankCaches(m, layout, tq, 0);
+    return m.executor->MakeCaches(layout, tq, 0);
   };
   // tqk3v2 (CPU-only kernels) is a candidate where the backend has it; every
   // rank runs on the same --device, as the explicit-dtype check assumes.
   std::vector<kernels::KvDtype> extra;
-  if (m.backend->Capabilities().SupportsKvDtype(kernels::KvDtype::kTqK3V2)) {
+  if (m.executor->backend().Capabilities().SupportsKvDtype(kernels::KvDtype::kTqK3V2)) {
     extra.push_back(kernels::KvDtype::kTqK3V2);
   }
   const std::vector<kernels::KvDtype> candidates = AutoKvCandidates(c.head_dim, extra);
-  m.kv_dtype_choice = ChooseKvDtype(*m.model, held_out, candidates, options.kv_quality_budget,
-                                    options.block_size, options.max_num_batched_tokens, make_cache);
+  m.kv_dtype_choice =
+      ChooseKvDtype(*m.executor, held_out, candidates, options.kv_quality_budget,
+                    options.block_size, options.max_num_batched_tokens, make_caches);
   return stats;
 }
 
-// The backends (rank 0 first), communicators and rank threads of `world`
-// ranks: CUDA device r with NCCL on the backends' streams, or CPU backends
-// with the in-process communicator (ChooseTpDevices says which).
-std::unique_ptr<TensorParallelGroup> MakeTensorParallelGroup(kernels::DeviceKind device, int world,
-                                                             int threads, std::string* note) {
+// The backends (rank 0 first) and communicators of `world` > 1 ranks: CUDA
+// device r with NCCL on the backends' streams, or CPU backends with the
+// in-process communicator (ChooseTpDevices says which).
+struct RankBackends {
+  std::vector<std::unique_ptr<kernels::Backend>> backends;
+  std::vector<std::unique_ptr<Communicator>> comms;
+};
+RankBackends MakeRankBackends(kernels::DeviceKind device, int world, int threads,
+                              std::string* note) {
   std::string why_no_cuda;
   const int cuda_devices =
       device == kernels::DeviceKind::kCpu ? 0 : kernels::CudaDeviceCount(&why_no_cuda);
   const TpDevices where = ChooseTpDevices(device, world, cuda_devices, NcclBuilt(), why_no_cuda);
   *note = where.note;
-  auto tp = std::make_unique<TensorParallelGroup>();
+  RankBackends out;
   std::vector<int> devices;
   std::vector<void*> streams;
   for (int r = 0; r < world; ++r) {
     if (where.cuda) {
-      tp->backends.push_back(kernels::CreateCudaBackendOn(r));
+      out.backends.push_back(kernels::CreateCudaBackendOn(r));
       devices.push_back(r);
-      streams.push_back(kernels::CudaStreamOf(*tp->backends.back()));
+      streams.push_back(kernels::CudaStreamOf(*out.backends.back()));
     } else {
-      tp->backends.push_back(kernels::CreateCpuBackend(threads));
+      out.backends.push_back(kernels::CreateCpuBackend(threads));
     }
   }
-  tp->comms =
+  out.comms =
       where.cuda ? CreateNcclCommunicators(devices, streams) : CreateCpuCommunicators(world);
-  std::vector<Communicator*> comms;
-  for (const auto& comm : tp->comms) comms.push_back(comm.get());
-  tp->executor = std::make_unique<RankExecutor>(world, comms);
-  return tp;
+  return out;
 }
-
-}  // namespace
-
-void PrefillSequence(LlamaModel& model, PagedKvCache& cache, const BlockTable& table,
-                     std::span<const int32_t> tokens, int32_t begin, int32_t chunk, bool all_logits,
-                     std::vector<float>* logits) {
-  const auto n = static_cast<int32_t>(tokens.size());
-  std::vector<float> chunk_logits;
-  if (all_logits) logits->clear();
-  for (; begin < n; begin += chunk) {
-    const int32_t end = std::min(n, begin + chunk);
-    ForwardBatch batch;
-    batch.num_seqs = 1;
-    batch.block_tables = table.blocks();
-    batch.max_blocks_per_seq = static_cast<int32_t>(batch.block_tables.size());
-    for (int32_t pos = begin; pos < end; ++pos) {
-      batch.token_ids.push_back(tokens[pos]);
-      batch.positions.push_back(pos);
-      batch.token_seq.push_back(0);
-      batch.slot_mapping.push_back(static_cast<int32_t>(table.Slot(pos)));
-      if (all_logits) batch.logit_indices.push_back(pos - begin);
-    }
-    if (!all_logits) batch.logit_indices.push_back(end - begin - 1);
-    model.Forward(batch, cache, &chunk_logits);
-    if (all_logits) {
-      logits->insert(logits->end(), chunk_logits.begin(), chunk_logits.end());
-    } else {
-      logits->swap(chunk_logits);
-    }
-  }
-}
-
-namespace {
 
 LoadedModel LoadModelImpl(const EngineOptions& options, bool with_tokenizer) {
   CheckOptions(options);
@@ -433,46 +385,42 @@ LoadedModel LoadModelImpl(const EngineOptions& options, bool with_tokenizer) {
     quant_config = quant::QuantConfig::Load(options.quantization_config);
     weight_options.quant = &*quant_config;
   }
-  auto load_rank = [&](kernels::Backend* backend, int rank) {
-    TpPlan plan = MakeTpPlan(c, rank, world);
-    if (m.tp) plan.comm = m.tp->comms[rank].get();
-    return std::make_unique<LlamaModel>(
-        c, LoadLlamaWeights(options.model_dir, c, backend, plan, weight_options), backend, plan);
-  };
   MakeTpPlan(c, 0, world);  // a model that cannot be split fails before any loading
+  RankBackends ranks;
   try {
     if (world == 1) {
-      m.backend = kernels::CreateBackend(options.device, threads, &m.device_note);
+      ranks.backends.push_back(kernels::CreateBackend(options.device, threads, &m.device_note));
     } else {
-      m.tp = MakeTensorParallelGroup(options.device, world, threads, &m.device_note);
-      m.backend = std::move(m.tp->backends.front());
-      m.tp->backends.erase(m.tp->backends.begin());
+      ranks = MakeRankBackends(options.device, world, threads, &m.device_note);
     }
   } catch (const std::runtime_error& e) {
     throw Error(e.what());
   }
-  const kernels::BackendCapabilities caps = m.backend->Capabilities();
+  const kernels::Backend& backend0 = *ranks.backends.front();
+  const kernels::BackendCapabilities caps = backend0.Capabilities();
   if (!options.kv_cache_dtype_auto && !caps.SupportsKvDtype(options.kv_cache_dtype)) {
     throw Error("--kv-cache-dtype " + std::string(kernels::KvDtypeName(options.kv_cache_dtype)) +
-                " is CPU-only (no " + std::string(m.backend->Name()) +
+                " is CPU-only (no " + std::string(backend0.Name()) +
                 " kernels): use tq3 on CUDA, or --device cpu");
   }
-  m.model = load_rank(m.backend.get(), 0);
-  if (m.tp) {
-    std::vector<LlamaModel*> peers;
-    for (int r = 1; r < world; ++r) {
-      m.tp->models.push_back(load_rank(m.tp->backends[r - 1].get(), r));
-      peers.push_back(m.tp->models.back().get());
-    }
-    m.model->SetTensorParallelPeers(std::move(peers), m.tp->executor.get());
+  std::vector<Worker> workers(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    Worker& w = workers[static_cast<size_t>(r)];
+    w.backend = std::move(ranks.backends[static_cast<size_t>(r)]);
+    TpPlan plan = MakeTpPlan(c, r, world);
+    if (!ranks.comms.empty()) plan.comm = ranks.comms[static_cast<size_t>(r)].get();
+    w.model = std::make_unique<LlamaModel>(
+        c, LoadLlamaWeights(options.model_dir, c, w.backend.get(), plan, weight_options),
+        w.backend.get(), plan);
   }
+  m.executor = std::make_unique<ModelExecutor>(std::move(workers), std::move(ranks.comms));
 
   std::optional<KeyChannelStats> stats;
   if (options.kv_cache_dtype_auto) stats = ChooseKvDtypeAtStartup(m, options);
   kernels::KvLayout layout;
   layout.dtype = options.kv_cache_dtype_auto ? m.kv_dtype_choice.dtype : options.kv_cache_dtype;
   layout.block_size = options.block_size;
-  layout.num_kv_heads = m.model->tp_plan().num_kv_heads;
+  layout.num_kv_heads = m.executor->model().tp_plan().num_kv_heads;
   layout.head_dim = c.head_dim;
   const int32_t blocks_for_one_seq = (m.max_model_len + layout.block_size - 1) / layout.block_size;
   const size_t bytes_per_block =
@@ -481,9 +429,9 @@ LoadedModel LoadModelImpl(const EngineOptions& options, bool with_tokenizer) {
   // the smallest of the ranks' device budgets.
   size_t kv_budget = options.kv_cache_memory;
   if (kv_budget == 0 && caps.device_memory) {
-    kv_budget = DeviceKvBudget(m, *m.backend, options);
+    kv_budget = DeviceKvBudget(m, m.executor->backend(), options);
     for (int r = 1; r < world; ++r) {
-      kv_budget = std::min(kv_budget, DeviceKvBudget(m, m.rank_backend(r), options));
+      kv_budget = std::min(kv_budget, DeviceKvBudget(m, *m.executor->worker(r).backend, options));
     }
   }
   layout.num_blocks = kv_budget > 0 ? PagedKvCache::BlocksForBudget(kv_budget, c.num_hidden_layers,
@@ -516,7 +464,7 @@ LoadedModel LoadModelImpl(const EngineOptions& options, bool with_tokenizer) {
   }
   m.kv_fingerprint += "/sink" + std::to_string(options.kv_sink_tokens);
   try {
-    m.cache = MakeRankCaches(m, layout, tq, options.kv_sink_tokens);
+    m.executor->SetCaches(m.executor->MakeCaches(layout, tq, options.kv_sink_tokens));
   } catch (const std::bad_alloc&) {
     throw Error("cannot allocate " + std::to_string(bytes_per_block * layout.num_blocks) +
                 " bytes for the KV cache; lower --kv-cache-memory");
@@ -526,8 +474,8 @@ LoadedModel LoadModelImpl(const EngineOptions& options, bool with_tokenizer) {
       // Decode batches up to vLLM's default capture limit; every graph reads
       // block tables as wide as one max_model_len sequence needs.
       constexpr int32_t kMaxGraphBatch = 256;
-      m.model->EnableDecodeGraphs(std::min(options.max_num_seqs, kMaxGraphBatch),
-                                  blocks_for_one_seq);
+      m.executor->model().EnableDecodeGraphs(std::min(options.max_num_seqs, kMaxGraphBatch),
+                                             blocks_for_one_seq);
     } else {
       m.device_note += std::string(m.device_note.empty() ? "" : "; ") +
                        "--cuda-graphs: ignored (needs --device cuda and one rank)";
@@ -548,13 +496,14 @@ LoadedModel LoadModelWithoutTokenizer(const EngineOptions& options) {
 
 std::vector<RankMemory> DescribeRanks(const LoadedModel& m) {
   std::vector<RankMemory> out;
-  for (int r = 0; r < m.tensor_parallel_size(); ++r) {
+  for (int r = 0; r < m.executor->world_size(); ++r) {
+    const Worker& w = m.executor->worker(r);
     RankMemory rm;
     rm.rank = r;
-    rm.cuda_device = kernels::CudaDeviceOf(m.rank_backend(r));
-    rm.weight_bytes = m.rank_model(r).weights().BytesByPrecision();
-    if (m.cache) {
-      const PagedKvCache& cache = m.cache->Rank(r);
+    rm.cuda_device = kernels::CudaDeviceOf(*w.backend);
+    rm.weight_bytes = w.model->weights().BytesByPrecision();
+    if (w.cache) {
+      const PagedKvCache& cache = *w.cache;
       rm.kv_cache_bytes = cache.total_bytes();
       rm.kv_capacity_tokens =
           static_cast<int64_t>(cache.layout().num_blocks) * cache.layout().block_size;

@@ -7,37 +7,28 @@
 #include <string>
 #include <vector>
 
-#include "engine/kv/block_pool.h"
-#include "engine/kv/kv_cache.h"
-#include "engine/model/llama_model.h"
 #include "engine/model/model_config.h"
-#include "engine/parallel/tp_group.h"
 #include "engine/runtime/engine_options.h"
 #include "engine/runtime/engine_stats.h"
 #include "engine/runtime/kv_dtype_auto.h"
+#include "engine/runtime/model_executor.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "kernels/backend.h"
 
 namespace tq {
 
-/// A loaded model: files, backend, tokenizer, weights and the paged KV cache
-/// memory (its block pool is the scheduler's). Thread
-/// ownership: the engine thread; tokenizer() and files are safe to read from
-/// any thread. Under tensor parallelism backend/model/cache are rank 0's and
-/// drive the other ranks (held in tp) themselves; see docs/parallelism.md.
+/// A loaded model: files, tokenizer and the executor whose workers hold each
+/// rank's backend, weights and paged KV cache memory (its block pool is the
+/// scheduler's); see docs/parallelism.md. Thread ownership: the engine
+/// thread; tokenizer and files are safe to read from any thread.
 struct LoadedModel {
   LoadedModel() = default;
   LoadedModel(LoadedModel&&) = default;
-  // Member-wise assignment would free the old backend before the old model's
-  // buffers that live in it; replace a LoadedModel by destroying it first.
-  LoadedModel& operator=(LoadedModel&&) = delete;
+  LoadedModel& operator=(LoadedModel&&) = default;
 
   ModelFiles files;
-  std::unique_ptr<kernels::Backend> backend;
-  std::unique_ptr<TensorParallelGroup> tp;  // null for --tensor-parallel-size 1
   std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<LlamaModel> model;
-  std::unique_ptr<PagedKvCache> cache;
+  std::unique_ptr<ModelExecutor> executor;
   int32_t max_model_len = 0;
   // How the tq key statistics were obtained ("" for other KV dtypes).
   std::string kv_calibration_source;
@@ -49,13 +40,6 @@ struct LoadedModel {
   // Why --device auto runs on the CPU ("" otherwise); the CLI logs it once,
   // after its own checks, so that a start-up error stays one line.
   std::string device_note;
-
-  int tensor_parallel_size() const { return tp ? tp->world_size() : 1; }
-  /// Rank r's model and backend (r = 0: model / backend).
-  LlamaModel& rank_model(int r) const { return r == 0 ? *model : *tp->models.at(r - 1); }
-  kernels::Backend& rank_backend(int r) const {
-    return r == 0 ? *backend : *tp->backends.at(r - 1);
-  }
 };
 
 /// Each rank's weights and KV pool (one entry without tensor parallelism).
@@ -80,12 +64,5 @@ LoadedModel LoadModel(const EngineOptions& options);
 /// needs options.kv_calibration_stats to name an existing file (calibrating
 /// encodes text); otherwise tq::Error.
 LoadedModel LoadModelWithoutTokenizer(const EngineOptions& options);
-
-/// Runs tokens[begin, end) of one sequence (positions before `begin` already
-/// cached, table covering all of `tokens`) in chunks of `chunk` tokens. With
-/// all_logits, *logits gets [end - begin, vocab]; else the last token's row.
-void PrefillSequence(LlamaModel& model, PagedKvCache& cache, const BlockTable& table,
-                     std::span<const int32_t> tokens, int32_t begin, int32_t chunk, bool all_logits,
-                     std::vector<float>* logits);
 
 }  // namespace tq

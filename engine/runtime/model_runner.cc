@@ -75,9 +75,9 @@ LogitCandidates LlamaModelRunner::CandidateRows::Row(int32_t r, int32_t vocab) c
           std::span<const float>(values).subspan(at, k), vocab, sum_exp[r], sum_exp_scaled[r]};
 }
 
-LlamaModelRunner::LlamaModelRunner(LlamaModel* model, PagedKvCache* cache, SamplingPath path)
-    : model_(model), cache_(cache) {
-  const bool tp = model->tp_plan().world_size > 1;
+LlamaModelRunner::LlamaModelRunner(ModelExecutor* executor, SamplingPath path)
+    : executor_(executor), vocab_(executor->model().config().vocab_size) {
+  const bool tp = executor->world_size() > 1;
   switch (path) {
     case SamplingPath::kHost:
       use_candidates_ = false;
@@ -86,8 +86,8 @@ LlamaModelRunner::LlamaModelRunner(LlamaModel* model, PagedKvCache* cache, Sampl
       use_candidates_ = !tp;
       break;
     case SamplingPath::kAuto:
-      use_candidates_ = !tp && model->backend()->Capabilities().device_logits_topk &&
-                        model->config().vocab_size >= kCandidateSamplingMinVocab;
+      use_candidates_ = !tp && executor->backend().Capabilities().device_logits_topk &&
+                        vocab_ >= kCandidateSamplingMinVocab;
       break;
   }
 }
@@ -96,7 +96,7 @@ LlamaModelRunner::LlamaModelRunner(LlamaModel* model, PagedKvCache* cache, Sampl
 // with one k for all: enough for every row's top_k and logprobs when the
 // backend allows it.
 void LlamaModelRunner::ComputeCandidates(const std::vector<RequestState*>& states) {
-  const int32_t vocab = model_->config().vocab_size;
+  const int32_t vocab = vocab_;
   const auto rows = static_cast<int32_t>(states.size());
   int32_t k = kDefaultSamplingCandidates;
   std::vector<float> inv_t(states.size());
@@ -105,7 +105,7 @@ void LlamaModelRunner::ComputeCandidates(const std::vector<RequestState*>& state
     inv_t[i] = states[i]->sampler.inverse_temperature();
   }
   k = std::min({k, vocab, kernels::kMaxLogitsTopK});
-  kernels::Backend* backend = model_->backend();
+  kernels::Backend* backend = &executor_->backend();
   auto grow = [&](kernels::BackendBuffer& b, size_t bytes) {
     if (b.bytes() < bytes) b = kernels::BackendBuffer(backend, bytes);
   };
@@ -116,7 +116,7 @@ void LlamaModelRunner::ComputeCandidates(const std::vector<RequestState*>& state
   grow(dev_sums_, 2 * static_cast<size_t>(rows) * sizeof(double));
   backend->CopyToDevice(dev_inv_t_.data(), inv_t.data(), inv_t.size() * sizeof(float));
   kernels::LogitsTopKParams p;
-  p.logits = model_->device_logits();
+  p.logits = executor_->device_logits();
   p.inv_temperature = dev_inv_t_.as<float>();
   p.ids = dev_ids_.as<int32_t>();
   p.values = dev_values_.as<float>();
@@ -161,7 +161,7 @@ void LlamaModelRunner::FlattenBatch(const ScheduleOutput& scheduled) {
         std::max(b.max_blocks_per_seq, static_cast<int32_t>(s.block_table.size()));
   }
   b.block_tables.assign(static_cast<size_t>(b.num_seqs) * b.max_blocks_per_seq, -1);
-  const int32_t block_size = cache_->layout().block_size;
+  const int32_t block_size = executor_->cache().layout().block_size;
   rows_.assign(scheduled.sequences.size(), SequenceRows{});
   for (size_t i = 0; i < scheduled.sequences.size(); ++i) {
     const ScheduledSequence& s = scheduled.sequences[i];
@@ -214,23 +214,23 @@ void LlamaModelRunner::AssignLogitRows(const ScheduleOutput& scheduled) {
 }
 
 void LlamaModelRunner::FetchRows(int32_t first, int32_t count) {
-  const auto row_floats = static_cast<size_t>(model_->config().vocab_size);
-  model_->backend()->CopyToHost(logits_.data() + first * row_floats,
-                                model_->device_logits() + first * row_floats,
-                                static_cast<size_t>(count) * row_floats * sizeof(float));
+  const auto row_floats = static_cast<size_t>(vocab_);
+  executor_->backend().CopyToHost(logits_.data() + first * row_floats,
+                                  executor_->device_logits() + first * row_floats,
+                                  static_cast<size_t>(count) * row_floats * sizeof(float));
 }
 
 // Host copies: all rows on the host path; on the candidate path only rows
 // past the candidate block now, and a candidate row when it must fall back.
 void LlamaModelRunner::RunForward() {
   if (!use_candidates_) {
-    model_->Forward(batch_, *cache_, &logits_);
+    executor_->Forward(batch_, &logits_);
     return;
   }
-  model_->Forward(batch_, *cache_, nullptr);
+  executor_->Forward(batch_, nullptr);
   const auto num_rows = static_cast<int32_t>(batch_.logit_indices.size());
   const auto num_candidate_rows = static_cast<int32_t>(candidate_states_.size());
-  logits_.resize(static_cast<size_t>(num_rows) * model_->config().vocab_size);
+  logits_.resize(static_cast<size_t>(num_rows) * vocab_);
   if (num_candidate_rows > 0) ComputeCandidates(candidate_states_);
   FetchRows(num_candidate_rows, num_rows - num_candidate_rows);
   for (const SequenceRows& r : rows_) {
@@ -239,7 +239,7 @@ void LlamaModelRunner::RunForward() {
 }
 
 std::span<float> LlamaModelRunner::LogitRow(int32_t r) {
-  const int32_t vocab = model_->config().vocab_size;
+  const int32_t vocab = vocab_;
   return {logits_.data() + static_cast<size_t>(r) * vocab, static_cast<size_t>(vocab)};
 }
 
@@ -265,7 +265,7 @@ void LlamaModelRunner::SampleNext(const ScheduledSequence& s, const SequenceRows
   std::optional<PositionLogprobs> logprobs;
   if (rows.candidates) {
     ++candidate_rows_;
-    const LogitCandidates c = cand_.Row(sr, model_->config().vocab_size);
+    const LogitCandidates c = cand_.Row(sr, vocab_);
     token = state.sampler.SampleCandidates(c);
     if (token && state.num_logprobs >= 0) {
       logprobs = LogprobsFromCandidates(c, token->token, state.num_logprobs);

@@ -8,8 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/kv/kv_cache.h"
-#include "engine/model/llama_model.h"
+#include "engine/runtime/model_executor.h"
 #include "engine/runtime/schedule_output.h"
 #include "engine/sampling/sampler.h"
 #include "engine/structured/token_mask.h"
@@ -54,7 +53,9 @@ class LlamaModelRunner : public ModelRunner {
  public:
   /// kCandidates under tensor parallelism falls back to kHost (the gathered
   /// logits are not in row layout on the device).
-  LlamaModelRunner(LlamaModel* model, PagedKvCache* cache, SamplingPath path = SamplingPath::kAuto);
+  /// Runs every step through `executor` (not owned; it must outlive the
+  /// runner, and have its KV cache set).
+  explicit LlamaModelRunner(ModelExecutor* executor, SamplingPath path = SamplingPath::kAuto);
   ModelOutput Execute(const ScheduleOutput& scheduled) override;
   /// Rows sampled through candidates, and how many of them needed the full
   /// row (for tests and benchmarks).
@@ -107,8 +108,8 @@ class LlamaModelRunner : public ModelRunner {
   void FetchRows(int32_t first, int32_t count);  // logit rows to the host copy
   std::span<float> LogitRow(int32_t r);
 
-  LlamaModel* model_;
-  PagedKvCache* cache_;
+  ModelExecutor* executor_;
+  int32_t vocab_;
   bool use_candidates_ = false;
   std::unordered_map<SeqId, std::unique_ptr<RequestState>> requests_;
   ForwardBatch batch_;                           // reused between steps

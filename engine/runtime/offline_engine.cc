@@ -36,13 +36,13 @@ const ModelFiles& OfflineEngine::files() const {
   return loaded_->files;
 }
 LlamaModel& OfflineEngine::model() {
-  return *loaded_->model;
+  return loaded_->executor->model();
 }
 const Tokenizer& OfflineEngine::tokenizer() const {
   return *loaded_->tokenizer;
 }
 const PagedKvCache& OfflineEngine::kv_cache() const {
-  return *loaded_->cache;
+  return loaded_->executor->cache();
 }
 const BlockPool& OfflineEngine::block_pool() const {
   return core_->scheduler().block_pool();
@@ -157,14 +157,14 @@ std::vector<std::vector<double>> OfflineEngine::ScorePrompts(
 std::vector<float> OfflineEngine::PromptLogits(std::span<const int32_t> tokens) {
   CheckPrompt(tokens);
   BlockPool& pool = core_->idle_block_pool();
-  ScopedBlockTable scoped(pool, loaded_->cache->layout().block_size);
+  ScopedBlockTable scoped(pool, loaded_->executor->cache().layout().block_size);
   BlockTable& table = scoped.get();
   if (!table.EnsureCapacity(pool, static_cast<int32_t>(tokens.size()))) {
     throw Error("KV cache too small for " + std::to_string(tokens.size()) + " tokens");
   }
   std::vector<float> all;
-  PrefillSequence(*loaded_->model, *loaded_->cache, table, tokens, 0,
-                  options_.max_num_batched_tokens, true, &all);
+  PrefillSequence(*loaded_->executor, table, tokens, 0, options_.max_num_batched_tokens, true,
+                  &all);
   return all;
 }
 

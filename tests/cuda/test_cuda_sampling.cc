@@ -25,20 +25,25 @@ namespace {
 
 class CudaSampling : public CudaVsCpu {};
 
-// The model and cache are built directly (no LoadModel: the GPU machine's
-// build has no SentencePiece, and these tests feed token ids).
-std::map<std::string, EngineOutput> RunAll(kernels::Backend* backend, const std::string& dir,
-                                           SamplingPath path) {
+// The model and cache are built directly on CUDA device 0 (no LoadModel: the
+// GPU machine's build has no SentencePiece, and these tests feed token ids).
+std::map<std::string, EngineOutput> RunAll(const std::string& dir, SamplingPath path) {
   const ModelFiles files = LoadModelFiles(dir);
   const ModelConfig& mc = files.config;
-  LlamaModel model(mc, LoadLlamaWeights(dir, mc, backend), backend);
+  Worker worker;
+  worker.backend = kernels::CreateCudaBackend(0);
+  kernels::Backend* backend = worker.backend.get();
+  worker.model = std::make_unique<LlamaModel>(mc, LoadLlamaWeights(dir, mc, backend), backend);
   kernels::KvLayout layout;
   layout.dtype = kernels::KvDtype::kF32;
   layout.block_size = 16;
   layout.num_kv_heads = mc.num_key_value_heads;
   layout.head_dim = mc.head_dim;
   layout.num_blocks = 5 * 256 / 16;
-  PagedKvCache cache(backend, mc.num_hidden_layers, layout, nullptr);
+  worker.cache = std::make_unique<PagedKvCache>(backend, mc.num_hidden_layers, layout, nullptr);
+  std::vector<Worker> workers;
+  workers.push_back(std::move(worker));
+  ModelExecutor executor(std::move(workers));
   SchedulerConfig c;
   c.max_num_seqs = 16;
   c.max_num_batched_tokens = 256;
@@ -46,7 +51,7 @@ std::map<std::string, EngineOutput> RunAll(kernels::Backend* backend, const std:
   c.block_size = layout.block_size;
   c.num_blocks = layout.num_blocks;
   c.eos_token_ids = mc.eos_token_ids;
-  EngineCore core(c, std::make_unique<LlamaModelRunner>(&model, &cache, path), nullptr);
+  EngineCore core(c, std::make_unique<LlamaModelRunner>(&executor, path), nullptr);
   std::map<std::string, std::shared_ptr<RequestStream>> streams;
   const double temperatures[] = {0.0, 1.0, 0.8, 1.2, 0.9};
   for (int i = 0; i < 5; ++i) {
@@ -73,9 +78,9 @@ std::map<std::string, EngineOutput> RunAll(kernels::Backend* backend, const std:
   return out;
 }
 
-void ExpectSame(kernels::Backend* backend, const std::string& dir) {
-  const auto host = RunAll(backend, dir, SamplingPath::kHost);
-  const auto cand = RunAll(backend, dir, SamplingPath::kCandidates);
+void ExpectSame(const std::string& dir) {
+  const auto host = RunAll(dir, SamplingPath::kHost);
+  const auto cand = RunAll(dir, SamplingPath::kCandidates);
   ASSERT_EQ(host.size(), cand.size());
   for (const auto& [id, h] : host) {
     const EngineOutput& c = cand.at(id);
@@ -93,7 +98,7 @@ void ExpectSame(kernels::Backend* backend, const std::string& dir) {
 }
 
 TEST_F(CudaSampling, BundledModelCandidatesMatchHostPath) {
-  ExpectSame(cuda_.get(), TQ_MODEL_DIR);
+  ExpectSame(TQ_MODEL_DIR);
 }
 
 TEST_F(CudaSampling, LargeVocabularyCandidatesMatchHostPath) {
@@ -113,7 +118,7 @@ TEST_F(CudaSampling, LargeVocabularyCandidatesMatchHostPath) {
   spec.dtype = TensorDtype::kF32;
   spec.seed = 3;
   WriteRandomModel(dir.string(), spec, "");
-  ExpectSame(cuda_.get(), dir.string());
+  ExpectSame(dir.string());
   std::filesystem::remove_all(dir);
 }
 

@@ -39,6 +39,9 @@ using testing::GreedyRun;
 GreedyRun Greedy(LlamaModel& model, PagedKvCache& cache) {
   return testing::GreedyDecode(model, cache, kPrompt, kNewTokens);
 }
+GreedyRun Greedy(ModelExecutor& executor) {
+  return testing::GreedyDecode(executor, kPrompt, kNewTokens);
+}
 
 EngineOptions Options(const std::string& dir, kernels::DeviceKind device, int tp) {
   EngineOptions o;
@@ -55,7 +58,7 @@ EngineOptions Options(const std::string& dir, kernels::DeviceKind device, int tp
 
 GreedyRun GreedyLoaded(const EngineOptions& options) {
   LoadedModel m = LoadModelWithoutTokenizer(options);
-  return Greedy(*m.model, *m.cache);
+  return Greedy(*m.executor);
 }
 
 // Equal tokens, and every step's logits within `tolerance` of the reference
@@ -140,8 +143,7 @@ TEST_F(CudaTensorParallel, TwoAndFourRanksMatchCpuFor64Tokens) {
     const std::vector<RankMemory> ranks = DescribeRanks(m);
     ASSERT_EQ(ranks.size(), static_cast<size_t>(world));
     for (const RankMemory& r : ranks) EXPECT_EQ(r.cuda_device, r.rank);
-    ExpectSame(Greedy(*m.model, *m.cache), cpu, 1e-3,
-               "stories260K CUDA TP=" + std::to_string(world));
+    ExpectSame(Greedy(*m.executor), cpu, 1e-3, "stories260K CUDA TP=" + std::to_string(world));
   }
 }
 

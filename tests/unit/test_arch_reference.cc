@@ -149,7 +149,7 @@ TEST_P(ArchReference, ThirtyTwoGreedyTokensMatchFloat64) {
   const std::vector<int32_t> want = ParseIds(greedy_line);
   ASSERT_EQ(want.size(), 32u);
   LoadedModel m = LoadModel(Options(ModelDir(GetParam())));
-  const testing::GreedyRun got = testing::GreedyDecode(*m.model, *m.cache, prompt, 32);
+  const testing::GreedyRun got = testing::GreedyDecode(*m.executor, prompt, 32);
   EXPECT_EQ(got.tokens, want);
 }
 
@@ -167,9 +167,9 @@ TEST_P(ArchTensorParallel, TwoRanksMatchOne) {
        {std::pair{kernels::KvDtype::kF32, 1e-4}, std::pair{kernels::KvDtype::kTq3, 1e-3}}) {
     SCOPED_TRACE(std::string(kernels::KvDtypeName(dtype)));
     LoadedModel one = LoadModel(Options(ModelDir(GetParam()), dtype, 1));
-    const testing::GreedyRun want = testing::GreedyDecode(*one.model, *one.cache, prompt, 24);
+    const testing::GreedyRun want = testing::GreedyDecode(*one.executor, prompt, 24);
     LoadedModel two = LoadModel(Options(ModelDir(GetParam()), dtype, 2));
-    const testing::GreedyRun got = testing::GreedyDecode(*two.model, *two.cache, prompt, 24);
+    const testing::GreedyRun got = testing::GreedyDecode(*two.executor, prompt, 24);
     ASSERT_EQ(got.tokens, want.tokens);
     double worst = 0;
     for (size_t s = 0; s < want.logits.size(); ++s) {
@@ -199,12 +199,12 @@ TEST(ArchQuantized, Qwen2BiasesOnTheIntegerKernelsMatchTheFloatKernels) {
     o.quantization_config = std::string(TQ_TEST_DATA_DIR) + "/../../configs/llama_w8.json";
     LoadedModel m = LoadModel(o);
     unsetenv("TQ_CPU_INT_MATMUL");
-    const LlamaLayerWeights& l = m.model->weights().layers[0];
+    const LlamaLayerWeights& l = m.executor->model().weights().layers[0];
     EXPECT_NE(l.q_bias.data(), nullptr);
     for (const LinearWeight* w : {&l.q_proj, &l.k_proj, &l.v_proj}) {
       EXPECT_EQ(w->dtype, want_dtype) << int_matmul;
     }
-    return testing::GreedyDecode(*m.model, *m.cache, prompt, 24);
+    return testing::GreedyDecode(*m.executor, prompt, 24);
   };
   const testing::GreedyRun float_path = run("off", kernels::WeightDtype::kInt8);
   const testing::GreedyRun int_path = run("on", kernels::WeightDtype::kInt8Tiles);
@@ -227,13 +227,13 @@ TEST(ArchQuantized, Qwen2BiasesOnTheIntegerKernelsMatchTheFloatKernels) {
 // first token equals the observed one (for Qwen3: k_norm's output, not k_proj's).
 TEST(ArchKeys, ObservedKeysAreTheCachedKeys) {
   LoadedModel m = LoadModel(Options(ModelDir("qwen3")));
-  const ModelConfig& c = m.model->config();
+  const ModelConfig& c = m.executor->model().config();
   std::vector<std::vector<float>> observed(static_cast<size_t>(c.num_hidden_layers));
   CallbackObserver observer([&](int32_t layer, const float* keys, int32_t n) {
     observed[static_cast<size_t>(layer)].assign(
         keys, keys + static_cast<size_t>(n) * c.num_key_value_heads * c.head_dim);
   });
-  const ScopedForwardObserver scoped(*m.model, &observer);
+  const ScopedForwardObserver scoped(m.executor->model(), &observer);
   ForwardBatch b;
   b.token_ids = {1};
   b.positions = {0};
@@ -244,9 +244,9 @@ TEST(ArchKeys, ObservedKeysAreTheCachedKeys) {
   b.max_blocks_per_seq = 1;
   b.logit_indices = {0};
   std::vector<float> logits;
-  m.model->Forward(b, *m.cache, &logits);
+  m.executor->Forward(b, &logits);
   for (int32_t layer = 0; layer < c.num_hidden_layers; ++layer) {
-    const kernels::KvLayerView view = m.cache->Layer(layer);
+    const kernels::KvLayerView view = m.executor->cache().Layer(layer);
     ASSERT_EQ(observed[static_cast<size_t>(layer)].size(),
               static_cast<size_t>(c.num_key_value_heads * c.head_dim));
     double rms = 0;

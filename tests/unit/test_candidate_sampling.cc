@@ -25,8 +25,8 @@ namespace {
 // Forwards to a LlamaModelRunner and keeps a pointer to read its counters.
 class PeekRunner : public ModelRunner {
  public:
-  PeekRunner(LlamaModel* model, PagedKvCache* cache, SamplingPath path, LlamaModelRunner** peek)
-      : inner_(model, cache, path) {
+  PeekRunner(ModelExecutor* executor, SamplingPath path, LlamaModelRunner** peek)
+      : inner_(executor, path) {
     *peek = &inner_;
   }
   ModelOutput Execute(const ScheduleOutput& s) override { return inner_.Execute(s); }
@@ -50,21 +50,20 @@ RunResult RunAll(const std::string& model_dir, SamplingPath path,
   o.kv_cache_dtype = kernels::KvDtype::kF32;
   o.max_model_len = 256;
   LoadedModel m = LoadModel(o);
-  const int32_t block_size = m.cache->layout().block_size;
+  const int32_t block_size = m.executor->cache().layout().block_size;
   if (graphs) {
-    m.model->EnableDecodeGraphs(16, (m.max_model_len + block_size - 1) / block_size,
-                                /*eager_fallback=*/true);
+    m.executor->model().EnableDecodeGraphs(16, (m.max_model_len + block_size - 1) / block_size,
+                                           /*eager_fallback=*/true);
   }
   SchedulerConfig c;
   c.max_num_seqs = 16;
   c.max_num_batched_tokens = 256;
   c.max_model_len = m.max_model_len;
   c.block_size = block_size;
-  c.num_blocks = m.cache->layout().num_blocks;
+  c.num_blocks = m.executor->cache().layout().num_blocks;
   c.eos_token_ids = m.files.config.eos_token_ids;
   LlamaModelRunner* runner = nullptr;
-  EngineCore core(c, std::make_unique<PeekRunner>(m.model.get(), m.cache.get(), path, &runner),
-                  nullptr);
+  EngineCore core(c, std::make_unique<PeekRunner>(m.executor.get(), path, &runner), nullptr);
   std::map<std::string, std::shared_ptr<RequestStream>> streams;
   for (const EngineRequest& r : requests) {
     streams[r.request_id] = std::make_shared<RequestStream>(r.request_id);
@@ -82,7 +81,7 @@ RunResult RunAll(const std::string& model_dir, SamplingPath path,
   run.candidate_rows = runner->candidate_rows();
   run.fallbacks = runner->full_row_fallbacks();
   if (graphs) {
-    for (const auto& [bucket, steps] : m.model->decode_graphs()->steps_per_bucket()) {
+    for (const auto& [bucket, steps] : m.executor->model().decode_graphs()->steps_per_bucket()) {
       run.graph_steps += steps;
     }
   }

@@ -46,8 +46,8 @@ EngineOptions Options(int32_t budget = 512) {
 // Counts how many sequences each step ran, and forwards to the real runner.
 class CountingRunner : public ModelRunner {
  public:
-  CountingRunner(LlamaModel* model, PagedKvCache* cache, std::vector<int32_t>* batch_sizes)
-      : inner_(model, cache), batch_sizes_(batch_sizes) {}
+  CountingRunner(ModelExecutor* executor, std::vector<int32_t>* batch_sizes)
+      : inner_(executor), batch_sizes_(batch_sizes) {}
   ModelOutput Execute(const ScheduleOutput& s) override {
     batch_sizes_->push_back(static_cast<int32_t>(s.sequences.size()));
     return inner_.Execute(s);
@@ -83,11 +83,10 @@ void RunAll(LoadedModel& m, const EngineOptions& o, const std::vector<EngineRequ
   c.max_num_seqs = 64;
   c.max_num_batched_tokens = o.max_num_batched_tokens;
   c.max_model_len = m.max_model_len;
-  c.block_size = m.cache->layout().block_size;
-  c.num_blocks = num_blocks > 0 ? num_blocks : m.cache->layout().num_blocks;
+  c.block_size = m.executor->cache().layout().block_size;
+  c.num_blocks = num_blocks > 0 ? num_blocks : m.executor->cache().layout().num_blocks;
   c.eos_token_ids = m.files.config.eos_token_ids;
-  EngineCore core(c,
-                  std::make_unique<CountingRunner>(m.model.get(), m.cache.get(), &run->batch_sizes),
+  EngineCore core(c, std::make_unique<CountingRunner>(m.executor.get(), &run->batch_sizes),
                   &run->observer);
   std::map<std::string, std::shared_ptr<RequestStream>> streams;
   for (const EngineRequest& r : requests) {

@@ -90,7 +90,7 @@ TEST(TpDevices, LoaderOnThisMachine) {
     }
   }
   LoadedModel m = LoadModel(TwoRanks(DeviceKind::kAuto));
-  EXPECT_EQ(m.backend->Name(), "cpu");
+  EXPECT_EQ(m.executor->backend().Name(), "cpu");
   EXPECT_THAT(m.device_note, HasSubstr("--device auto: --tensor-parallel-size 2 "));
   EXPECT_THAT(m.device_note, HasSubstr("running on the CPU"));
   for (const RankMemory& r : DescribeRanks(m)) EXPECT_EQ(r.cuda_device, -1) << "rank " << r.rank;
@@ -105,12 +105,12 @@ TEST(TpDevices, LoadWithoutTokenizerDecodesLikeLoadModel) {
   LoadedModel without = LoadModelWithoutTokenizer(o);
   ASSERT_NE(with.tokenizer, nullptr);
   EXPECT_EQ(without.tokenizer, nullptr);
-  EXPECT_EQ(without.tensor_parallel_size(), 2);
+  EXPECT_EQ(without.executor->world_size(), 2);
   // <s> "Once upon a time" as llama2.c's reference run prints it.
   const std::vector<int32_t> prompt = {1, 403, 407, 261, 378};
   EXPECT_EQ(with.tokenizer->Encode("Once upon a time"), prompt);
-  const testing::GreedyRun a = testing::GreedyDecode(*with.model, *with.cache, prompt, 16);
-  const testing::GreedyRun b = testing::GreedyDecode(*without.model, *without.cache, prompt, 16);
+  const testing::GreedyRun a = testing::GreedyDecode(*with.executor, prompt, 16);
+  const testing::GreedyRun b = testing::GreedyDecode(*without.executor, prompt, 16);
   EXPECT_EQ(b.tokens, a.tokens);
   EXPECT_EQ(b.logits, a.logits);
 

@@ -13,7 +13,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/common/error.h"
@@ -43,7 +45,7 @@ using testing::GreedyRun;
 // at a time (each step's logits kept).
 GreedyRun Greedy(const EngineOptions& options, const std::vector<int32_t>& prompt) {
   LoadedModel m = LoadModel(options);
-  return testing::GreedyDecode(*m.model, *m.cache, prompt, kSteps);
+  return testing::GreedyDecode(*m.executor, prompt, kSteps);
 }
 
 EngineOptions Options(const std::string& dir, kernels::KvDtype dtype, int tp,
@@ -162,7 +164,7 @@ TEST_F(RandomTensorParallel, TwoKvHeadsOnFourRanksAreReplicated) {
   const LoadedModel one = LoadModel(Options(dir, kernels::KvDtype::kF32, 1));
   const LoadedModel four = LoadModel(Options(dir, kernels::KvDtype::kF32, 4));
   for (const RankMemory& r : DescribeRanks(four)) {
-    EXPECT_EQ(r.kv_cache_bytes * 2, one.cache->total_bytes()) << "rank " << r.rank;
+    EXPECT_EQ(r.kv_cache_bytes * 2, one.executor->cache().total_bytes()) << "rank " << r.rank;
   }
 }
 
@@ -229,7 +231,7 @@ TEST(TensorParallel, EachRankHoldsItsSlices) {
   const LoadedModel one = LoadModel(Options(TQ_MODEL_DIR, kernels::KvDtype::kF32, 1));
   for (const RankMemory& r : DescribeRanks(m)) {
     EXPECT_EQ(r.weight_bytes.at("fp32"), want) << "rank " << r.rank;
-    EXPECT_EQ(r.kv_cache_bytes * 2, one.cache->total_bytes());
+    EXPECT_EQ(r.kv_cache_bytes * 2, one.executor->cache().total_bytes());
     EXPECT_EQ(r.kv_capacity_tokens, 256);
   }
 }
@@ -243,6 +245,43 @@ TEST(TensorParallel, ClearErrorWhenTheModelDoesNotSplit) {
                                     "num_attention_heads 8"));
   }
   EXPECT_THROW(LoadModel(Options(TQ_MODEL_DIR, kernels::KvDtype::kF32, 0)), Error);
+}
+
+// The executor (engine/runtime/model_executor.h): every rank checks the batch,
+// so a malformed one throws on all of them instead of leaving a rank waiting
+// in a collective; the next step runs, and gives TP=1's greedy tokens (which
+// tq_test_llama checks against the float64 numpy forward pass).
+TEST(TensorParallel, ExecutorRejectsABadBatchOnEveryRankAndRunsTheNext) {
+  LoadedModel m = LoadModel(Options(TQ_MODEL_DIR, kernels::KvDtype::kF32, 2));
+  ASSERT_EQ(m.executor->world_size(), 2);
+  ForwardBatch bad;
+  bad.token_ids = {1, 512};  // vocab 512: the second id is out of range
+  bad.positions = {0, 1};
+  bad.token_seq = {0, 0};
+  bad.slot_mapping = {0, 1};
+  bad.block_tables = {0};
+  bad.num_seqs = 1;
+  bad.max_blocks_per_seq = 1;
+  bad.logit_indices = {1};
+  std::vector<float> logits;
+  EXPECT_THROW(m.executor->Forward(bad, &logits), std::invalid_argument);
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378};
+  const GreedyRun got = testing::GreedyDecode(*m.executor, prompt, 16);
+  LoadedModel one = LoadModel(Options(TQ_MODEL_DIR, kernels::KvDtype::kF32, 1));
+  EXPECT_EQ(got.tokens, testing::GreedyDecode(*one.executor, prompt, 16).tokens);
+}
+
+TEST(TensorParallel, ExecutorNeedsOneCachePerRankOfOneLayout) {
+  LoadedModel m = LoadModel(Options(TQ_MODEL_DIR, kernels::KvDtype::kF32, 2));
+  kernels::KvLayout layout = m.executor->cache().layout();
+  RankCaches one_rank;
+  one_rank.push_back(std::move(m.executor->MakeCaches(layout, {}, 0).front()));
+  EXPECT_THROW(m.executor->SetCaches(std::move(one_rank)), std::invalid_argument);
+  RankCaches mixed = m.executor->MakeCaches(layout, {}, 0);
+  layout.num_blocks += 1;
+  mixed[1] = std::move(m.executor->MakeCaches(layout, {}, 0)[1]);
+  EXPECT_THROW(m.executor->SetCaches(std::move(mixed)), std::invalid_argument);
+  EXPECT_TRUE(m.executor->has_cache());  // the failed calls kept the old caches
 }
 
 }  // namespace

@@ -89,13 +89,14 @@ class CachingEngine {
     c.max_num_seqs = 64;
     c.max_num_batched_tokens = budget;
     c.max_model_len = m.max_model_len;
-    c.block_size = m.cache->layout().block_size;
-    c.num_blocks = num_blocks > 0 ? num_blocks : m.cache->layout().num_blocks;
+    c.block_size = m.executor->cache().layout().block_size;
+    c.num_blocks = num_blocks > 0 ? num_blocks : m.executor->cache().layout().num_blocks;
     c.eos_token_ids = m.files.config.eos_token_ids;
     c.enable_prefix_caching = caching;
-    c.prefix_cache_seed = PrefixCacheSeed(kernels::KvDtypeName(m.cache->layout().dtype), "test");
-    core_ = std::make_unique<EngineCore>(
-        c, std::make_unique<LlamaModelRunner>(m.model.get(), m.cache.get()), &counter_);
+    c.prefix_cache_seed =
+        PrefixCacheSeed(kernels::KvDtypeName(m.executor->cache().layout().dtype), "test");
+    core_ = std::make_unique<EngineCore>(c, std::make_unique<LlamaModelRunner>(m.executor.get()),
+                                         &counter_);
   }
 
   std::map<std::string, EngineOutput> Run(const std::vector<EngineRequest>& requests) {
@@ -313,10 +314,10 @@ TEST(PrefixCacheModelDtypes, EveryKvDtypeAndTwoRanks) {
 }
 
 // The bytes of block `b` in every layer's K and V pool (every rank).
-std::vector<uint8_t> BlockBytes(PagedKvCache& cache, int32_t b) {
+std::vector<uint8_t> BlockBytes(ModelExecutor& executor, int32_t b) {
   std::vector<uint8_t> out;
-  for (int r = 0; r < cache.num_ranks(); ++r) {
-    PagedKvCache& rank = cache.Rank(r);
+  for (int r = 0; r < executor.world_size(); ++r) {
+    PagedKvCache& rank = *executor.worker(r).cache;
     const kernels::KvLayout& l = rank.layout();
     for (int32_t layer = 0; layer < rank.num_layers(); ++layer) {
       const kernels::KvLayerView v = rank.Layer(layer);
@@ -334,16 +335,17 @@ TEST(PrefixCacheModelDtypes, Tq3CodesAreDeterministicForTheSameTokensAndPosition
   // blocks: every full block's codes and norms are the same bytes.
   LoadedModel m = LoadModel(Options(kernels::KvDtype::kTq3));
   const std::vector<int32_t> tokens = Slice(TextTokens(*m.tokenizer), 0, 100);
-  BlockPool pool(m.cache->layout().num_blocks);
+  BlockPool pool(m.executor->cache().layout().num_blocks);
   BlockTable one(16), chunked(16);
   ASSERT_TRUE(one.EnsureCapacity(pool, 100));
   ASSERT_TRUE(chunked.EnsureCapacity(pool, 100));
   std::vector<float> logits;
-  PrefillSequence(*m.model, *m.cache, one, tokens, 0, 512, false, &logits);
-  PrefillSequence(*m.model, *m.cache, chunked, tokens, 0, 7, false, &logits);
+  PrefillSequence(*m.executor, one, tokens, 0, 512, false, &logits);
+  PrefillSequence(*m.executor, chunked, tokens, 0, 7, false, &logits);
   for (int32_t i = 0; i < 100 / 16; ++i) {
     ASSERT_NE(one.blocks()[i], chunked.blocks()[i]);
-    EXPECT_EQ(BlockBytes(*m.cache, one.blocks()[i]), BlockBytes(*m.cache, chunked.blocks()[i]))
+    EXPECT_EQ(BlockBytes(*m.executor, one.blocks()[i]),
+              BlockBytes(*m.executor, chunked.blocks()[i]))
         << "block " << i;
   }
   // And a different token changes the codes (the comparison can fail).
@@ -351,8 +353,8 @@ TEST(PrefixCacheModelDtypes, Tq3CodesAreDeterministicForTheSameTokensAndPosition
   ASSERT_TRUE(other.EnsureCapacity(pool, 100));
   std::vector<int32_t> changed = tokens;
   changed[3] = changed[3] == 5 ? 6 : 5;
-  PrefillSequence(*m.model, *m.cache, other, changed, 0, 512, false, &logits);
-  EXPECT_NE(BlockBytes(*m.cache, one.blocks()[0]), BlockBytes(*m.cache, other.blocks()[0]));
+  PrefillSequence(*m.executor, other, changed, 0, 512, false, &logits);
+  EXPECT_NE(BlockBytes(*m.executor, one.blocks()[0]), BlockBytes(*m.executor, other.blocks()[0]));
   one.Release(pool);
   chunked.Release(pool);
   other.Release(pool);

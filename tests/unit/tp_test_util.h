@@ -14,6 +14,7 @@
 #include "engine/kv/kv_cache.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/random_model.h"
+#include "engine/runtime/model_executor.h"
 #include "engine/runtime/model_loader.h"
 
 namespace tq::testing {
@@ -24,19 +25,19 @@ struct GreedyRun {
 };
 
 /// Prefills `prompt` in one step, then decodes `steps` tokens greedily (argmax,
-/// first index on ties) one step at a time, through `model`'s Forward with a
-/// fresh block table in `cache`.
-inline GreedyRun GreedyDecode(LlamaModel& model, PagedKvCache& cache,
+/// first index on ties) one step at a time, through `forward` with a fresh
+/// block table in a cache of `layout`.
+inline GreedyRun GreedyDecode(const ForwardStep& forward, const kernels::KvLayout& layout,
                               const std::vector<int32_t>& prompt, int steps) {
-  BlockPool pool(cache.layout().num_blocks);
-  BlockTable table(cache.layout().block_size);
+  BlockPool pool(layout.num_blocks);
+  BlockTable table(layout.block_size);
   std::vector<int32_t> seq = prompt;
   EXPECT_TRUE(table.EnsureCapacity(pool, static_cast<int32_t>(prompt.size()) + steps));
   GreedyRun run;
   int32_t done = 0;
   for (int step = 0; step < steps; ++step) {
     std::vector<float> logits;
-    PrefillSequence(model, cache, table, seq, done, 512, false, &logits);
+    PrefillSequence(forward, table, seq, done, 512, false, &logits);
     done = static_cast<int32_t>(seq.size());
     const auto best =
         static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
@@ -46,6 +47,21 @@ inline GreedyRun GreedyDecode(LlamaModel& model, PagedKvCache& cache,
   }
   table.Release(pool);
   return run;
+}
+
+/// GreedyDecode on every rank of `executor`, in its workers' caches.
+inline GreedyRun GreedyDecode(ModelExecutor& executor, const std::vector<int32_t>& prompt,
+                              int steps) {
+  return GreedyDecode([&](const ForwardBatch& b, std::vector<float>* l) { executor.Forward(b, l); },
+                      executor.cache().layout(), prompt, steps);
+}
+
+/// GreedyDecode on one model and cache built by the test.
+inline GreedyRun GreedyDecode(LlamaModel& model, PagedKvCache& cache,
+                              const std::vector<int32_t>& prompt, int steps) {
+  return GreedyDecode(
+      [&](const ForwardBatch& b, std::vector<float>* l) { model.Forward(b, cache, l); },
+      cache.layout(), prompt, steps);
 }
 
 /// Writes a random fp32 Llama (3 layers, seed 8, vocab 512) to `dir` with

@@ -1,0 +1,140 @@
+#include "engine/runtime/model_executor.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace tq {
+
+ModelExecutor::ModelExecutor(std::vector<Worker> workers,
+                             std::vector<std::unique_ptr<Communicator>> comms)
+    : comms_(std::move(comms)), workers_(std::move(workers)) {
+  const int world = world_size();
+  if (world < 1 || (!comms_.empty() && static_cast<int>(comms_.size()) != world)) {
+    throw std::invalid_argument(
+        "ModelExecutor: needs one worker per rank and one communicator each");
+  }
+  for (int r = 0; r < world; ++r) {
+    const Worker& w = workers_[static_cast<size_t>(r)];
+    if (!w.backend || !w.model || w.model->tp_plan().rank != r ||
+        w.model->tp_plan().world_size != world) {
+      throw std::invalid_argument("ModelExecutor: worker " + std::to_string(r) +
+                                  " needs a backend and the model shard of rank " +
+                                  std::to_string(r) + " of " + std::to_string(world));
+    }
+  }
+  if (world > 1) {
+    std::vector<Communicator*> comms_to_abort;
+    for (const auto& c : comms_) comms_to_abort.push_back(c.get());
+    rank_threads_ = std::make_unique<RankExecutor>(world, std::move(comms_to_abort));
+  }
+}
+
+ModelExecutor::~ModelExecutor() = default;
+
+PagedKvCache& ModelExecutor::cache() const {
+  if (!has_cache()) throw std::logic_error("ModelExecutor: the KV cache is not allocated yet");
+  return *workers_.front().cache;
+}
+
+RankCaches ModelExecutor::MakeCaches(const kernels::KvLayout& layout,
+                                     const std::vector<std::shared_ptr<const TqCodecState>>& tq,
+                                     int32_t sink_tokens) const {
+  RankCaches caches;
+  for (int r = 0; r < world_size(); ++r) {
+    const Worker& w = worker(r);
+    caches.push_back(std::make_unique<PagedKvCache>(
+        w.backend.get(), w.model->config().num_hidden_layers, layout,
+        tq.empty() ? nullptr : tq.at(static_cast<size_t>(r)), sink_tokens));
+  }
+  return caches;
+}
+
+void ModelExecutor::SetCaches(RankCaches caches) {
+  if (static_cast<int>(caches.size()) != world_size()) {
+    throw std::invalid_argument("ModelExecutor::SetCaches: needs one cache per rank");
+  }
+  for (const auto& c : caches) {
+    const kernels::KvLayout& l = c->layout();
+    const kernels::KvLayout& first = caches.front()->layout();
+    if (c->num_layers() != caches.front()->num_layers() || l.dtype != first.dtype ||
+        l.num_blocks != first.num_blocks || l.block_size != first.block_size ||
+        l.num_kv_heads != first.num_kv_heads || l.head_dim != first.head_dim) {
+      throw std::invalid_argument("ModelExecutor::SetCaches: a rank's cache layout differs");
+    }
+  }
+  for (int r = 0; r < world_size(); ++r)
+    worker(r).cache = std::move(caches[static_cast<size_t>(r)]);
+}
+
+void ModelExecutor::Forward(const ForwardBatch& batch, std::vector<float>* logits) {
+  if (!has_cache()) throw std::logic_error("ModelExecutor::Forward: no KV cache");
+  if (!rank_threads_) {
+    workers_.front().model->Forward(batch, *workers_.front().cache, logits);
+    return;
+  }
+  rank_threads_->Run([&](int rank) {
+    Worker& w = workers_[static_cast<size_t>(rank)];
+    w.model->Forward(batch, *w.cache, rank == 0 ? logits : nullptr);
+  });
+}
+
+void ModelExecutor::Forward(const ForwardBatch& batch, const RankCaches& caches,
+                            std::vector<float>* logits) {
+  if (static_cast<int>(caches.size()) != world_size()) {
+    throw std::invalid_argument("ModelExecutor::Forward: needs one cache per rank");
+  }
+  if (!rank_threads_) {
+    workers_.front().model->Forward(batch, *caches.front(), logits);
+    return;
+  }
+  rank_threads_->Run([&](int rank) {
+    const auto r = static_cast<size_t>(rank);
+    workers_[r].model->Forward(batch, *caches[r], rank == 0 ? logits : nullptr);
+  });
+}
+
+void PrefillSequence(const ForwardStep& forward, const BlockTable& table,
+                     std::span<const int32_t> tokens, int32_t begin, int32_t chunk, bool all_logits,
+                     std::vector<float>* logits) {
+  const auto n = static_cast<int32_t>(tokens.size());
+  std::vector<float> chunk_logits;
+  if (all_logits) logits->clear();
+  for (; begin < n; begin += chunk) {
+    const int32_t end = std::min(n, begin + chunk);
+    ForwardBatch batch;
+    batch.num_seqs = 1;
+    batch.block_tables = table.blocks();
+    batch.max_blocks_per_seq = static_cast<int32_t>(batch.block_tables.size());
+    for (int32_t pos = begin; pos < end; ++pos) {
+      batch.token_ids.push_back(tokens[pos]);
+      batch.positions.push_back(pos);
+      batch.token_seq.push_back(0);
+      batch.slot_mapping.push_back(static_cast<int32_t>(table.Slot(pos)));
+      if (all_logits) batch.logit_indices.push_back(pos - begin);
+    }
+    if (!all_logits) batch.logit_indices.push_back(end - begin - 1);
+    forward(batch, &chunk_logits);
+    if (all_logits) {
+      logits->insert(logits->end(), chunk_logits.begin(), chunk_logits.end());
+    } else {
+      logits->swap(chunk_logits);
+    }
+  }
+}
+
+void PrefillSequence(ModelExecutor& executor, const BlockTable& table,
+                     std::span<const int32_t> tokens, int32_t begin, int32_t chunk, bool all_logits,
+                     std::vector<float>* logits) {
+  PrefillSequence([&](const ForwardBatch& b, std::vector<float>* l) { executor.Forward(b, l); },
+                  table, tokens, begin, chunk, all_logits, logits);
+}
+
+void PrefillSequence(LlamaModel& model, PagedKvCache& cache, const BlockTable& table,
+                     std::span<const int32_t> tokens, int32_t begin, int32_t chunk, bool all_logits,
+                     std::vector<float>* logits) {
+  PrefillSequence([&](const ForwardBatch& b, std::vector<float>* l) { model.Forward(b, cache, l); },
+                  table, tokens, begin, chunk, all_logits, logits);
+}
+
+}  // namespace tq
