@@ -69,14 +69,7 @@ void ModelExecutor::SetCaches(RankCaches caches) {
 
 void ModelExecutor::Forward(const ForwardBatch& batch, std::vector<float>* logits) {
   if (!has_cache()) throw std::logic_error("ModelExecutor::Forward: no KV cache");
-  if (!rank_threads_) {
-    workers_.front().model->Forward(batch, *workers_.front().cache, logits);
-    return;
-  }
-  rank_threads_->Run([&](int rank) {
-    Worker& w = workers_[static_cast<size_t>(rank)];
-    w.model->Forward(batch, *w.cache, rank == 0 ? logits : nullptr);
-  });
+  RunRanks(batch, logits, [&](size_t r) -> PagedKvCache& { return *workers_[r].cache; });
 }
 
 void ModelExecutor::Forward(const ForwardBatch& batch, const RankCaches& caches,
@@ -84,13 +77,18 @@ void ModelExecutor::Forward(const ForwardBatch& batch, const RankCaches& caches,
   if (static_cast<int>(caches.size()) != world_size()) {
     throw std::invalid_argument("ModelExecutor::Forward: needs one cache per rank");
   }
+  RunRanks(batch, logits, [&](size_t r) -> PagedKvCache& { return *caches[r]; });
+}
+
+void ModelExecutor::RunRanks(const ForwardBatch& batch, std::vector<float>* logits,
+                             const std::function<PagedKvCache&(size_t rank)>& cache_of) {
   if (!rank_threads_) {
-    workers_.front().model->Forward(batch, *caches.front(), logits);
+    workers_.front().model->Forward(batch, cache_of(0), logits);
     return;
   }
   rank_threads_->Run([&](int rank) {
     const auto r = static_cast<size_t>(rank);
-    workers_[r].model->Forward(batch, *caches[r], rank == 0 ? logits : nullptr);
+    workers_[r].model->Forward(batch, cache_of(r), rank == 0 ? logits : nullptr);
   });
 }
 

@@ -90,6 +90,11 @@ class ModelExecutor {
   const float* device_logits() const { return model().device_logits(); }
 
  private:
+  // Runs `batch` on every rank (rank 0 on the calling thread) with
+  // cache_of(rank) as that rank's cache; only rank 0 returns logits.
+  void RunRanks(const ForwardBatch& batch, std::vector<float>* logits,
+                const std::function<PagedKvCache&(size_t rank)>& cache_of);
+
   // Declared so that destruction runs rank threads, workers, communicators:
   // NCCL communicators enqueue on the workers' streams, and the threads drive
   // both.
