@@ -118,7 +118,8 @@ struct AttentionSetup {
         kpool(b.backend, layout.BlockBytes() * layout.num_blocks),
         vpool(b.backend, layout.VBlockBytes() * layout.num_blocks) {
     if (tq::kernels::KvStoresPreRopeKeys(dtype)) tq = std::make_unique<TqCodec>(dtype, kHd, ctx);
-    view = {kpool.data(), vpool.data(), layout, tq ? &tq->codec : nullptr};
+    view = {kpool.data(), vpool.data(), layout, tq ? &tq->codec : nullptr,
+            tq ? tq->UploadTo(b.backend, layout) : nullptr};
     std::vector<int32_t> blocks(layout.num_blocks);
     std::iota(blocks.begin(), blocks.end(), 0);
     std::shuffle(blocks.begin(), blocks.end(), std::mt19937(7));
@@ -237,6 +238,7 @@ double DecodeStep(Bench& b, int32_t ctx, double* weight_bytes) {
   BackendBuffer dtable = b.Upload(table);
   const std::vector<int32_t> pos{ctx - 1}, seq{0}, slot{ctx - 1};
   BackendBuffer dpos = b.Upload(pos), dseq = b.Upload(seq), dslot = b.Upload(slot);
+  const tq::kernels::TqCodecArrays* tq_arrays = tq.UploadTo(b.backend, l);
   // Fill every cache position once (the step then reads ctx positions).
   {
     std::vector<int32_t> all(ctx);
@@ -245,7 +247,7 @@ double DecodeStep(Bench& b, int32_t ctx, double* weight_bytes) {
     BackendBuffer k = b.Random(static_cast<size_t>(ctx) * kKv * kHd, 8);
     BackendBuffer v = b.Random(static_cast<size_t>(ctx) * kKv * kHd, 9);
     for (Layer& L : layers) {
-      tq::kernels::KvLayerView view{L.kpool.data(), L.vpool.data(), l, &tq.codec};
+      tq::kernels::KvLayerView view{L.kpool.data(), L.vpool.data(), l, &tq.codec, tq_arrays};
       b.backend->KvWrite({k.as<float>(), v.as<float>(), dall.as<int32_t>(), ctx, view, nullptr});
     }
   }
@@ -269,7 +271,7 @@ double DecodeStep(Bench& b, int32_t ctx, double* weight_bytes) {
       mm(normed, L.k, kKv * kHd, kHidden, k, false);
       mm(normed, L.v, kKv * kHd, kHidden, v, false);
       b.backend->Rope({q.as<float>(), dpos.as<int32_t>(), dfreq.as<float>(), 1, kHeads, kHd});
-      tq::kernels::KvLayerView view{L.kpool.data(), L.vpool.data(), l, &tq.codec};
+      tq::kernels::KvLayerView view{L.kpool.data(), L.vpool.data(), l, &tq.codec, tq_arrays};
       b.backend->KvWrite({k.as<float>(), v.as<float>(), dslot.as<int32_t>(), 1, view, nullptr});
       tq::kernels::PagedAttentionParams p;
       p.q = q.as<float>();

@@ -100,8 +100,8 @@ class Backend {
   /// Records the ops `record` issues into a graph instead of running them
   /// (CUDA stream capture); nullptr when the backend has no graphs (the CPU).
   /// While recording, an op that would synchronize, copy from the host or
-  /// allocate (Allocate, Free, Copy*, a scratch buffer that must grow, a tq
-  /// codec seen for the first time) throws std::logic_error: run the same
+  /// allocate (Allocate, Free, Copy*, a scratch buffer that must grow)
+  /// throws std::logic_error: run the same
   /// ops once eagerly first (docs/cuda.md "CUDA graphs"). An exception from
   /// `record` ends the capture and propagates.
   virtual std::unique_ptr<BackendGraph> CaptureGraph(const std::function<void()>& record) {

@@ -119,12 +119,33 @@ struct TqLayerCodec {
   int32_t rope_positions = 0;
 };
 
+/// A TqLayerCodec's arrays in the KV cache's backend memory, the form device
+/// kernels read (same shapes as TqLayerCodec, plus the rotation's ±1 signs;
+/// signs null for a dense rotation, which only the CPU implements).
+/// kernels::TqCodecBuffer fills it: uploaded once when the cache is created
+/// on a device backend, TqLayerCodec's own host arrays on a host backend.
+struct TqCodecArrays {
+  const float* signs = nullptr;         // [head_dim]
+  const float* k_centroids = nullptr;   // [2^TqKeyBits]
+  const float* k_boundaries = nullptr;  // [2^TqKeyBits - 1]
+  const float* v_centroids = nullptr;   // [2^TqValueBits]
+  const float* v_boundaries = nullptr;  // [2^TqValueBits - 1]
+  const float* k_mean = nullptr;        // [num_kv_heads * head_dim] or null (0)
+  const float* k_scale = nullptr;       // [num_kv_heads * head_dim] or null (1)
+  const float* rope_cos = nullptr;      // [rope_positions][head_dim / 2]
+  const float* rope_sin = nullptr;
+  int32_t rope_positions = 0;
+};
+
 /// One layer's K and V pools (device or host memory, owned by the KV cache).
 struct KvLayerView {
   void* k = nullptr;
   void* v = nullptr;
   KvLayout layout;
   const TqLayerCodec* tq = nullptr;  // required for the tq formats, else unused
+  // The same codec in the pools' backend memory (device backends read this;
+  // the CPU reads `tq`). Required for the tq formats on a device backend.
+  const TqCodecArrays* tq_arrays = nullptr;
   // Attention sink (tq formats, optional): the first sink_tokens positions of
   // every sequence are also kept exact, fp32, keys before RoPE, indexed by the
   // block that holds them (a sequence's first block):

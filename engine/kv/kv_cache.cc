@@ -17,6 +17,11 @@ PagedKvCache::PagedKvCache(kernels::Backend* backend, int32_t num_layers,
       (sink_tokens > 0 && !kernels::KvStoresPreRopeKeys(layout.dtype))) {
     throw std::invalid_argument("PagedKvCache: sink_tokens must be 0..8, <= block_size, tq only");
   }
+  if (tq_) {
+    std::vector<const kernels::TqLayerCodec*> codecs;
+    for (int32_t l = 0; l < num_layers; ++l) codecs.push_back(tq_->Layer(l));
+    tq_arrays_ = kernels::TqCodecBuffer(backend, codecs, layout);
+  }
   const size_t blocks = static_cast<size_t>(layout.num_blocks);
   for (int32_t l = 0; l < num_layers; ++l) {
     k_.emplace_back(backend, layout.BlockBytes() * blocks);
@@ -38,7 +43,8 @@ int32_t PagedKvCache::BlocksForBudget(size_t budget_bytes, int32_t num_layers,
 
 kernels::KvLayerView PagedKvCache::Layer(int32_t layer) const {
   kernels::KvLayerView view{k_[layer].data(), v_[layer].data(), layout_,
-                            tq_ ? tq_->Layer(layer) : nullptr};
+                            tq_ ? tq_->Layer(layer) : nullptr,
+                            tq_ ? tq_arrays_.Layer(layer) : nullptr};
   if (sink_tokens_ > 0) {
     view.sink_tokens = sink_tokens_;
     view.sink_k = sink_k_[layer].as<float>();

@@ -8,6 +8,7 @@
 
 #include "engine/kv/tq_codec_state.h"
 #include "kernels/backend.h"
+#include "kernels/tq/codec_buffer.h"
 
 namespace tq {
 
@@ -20,7 +21,9 @@ class PagedKvCache {
  public:
   /// Allocates layout.num_blocks blocks for each of num_layers layers.
   /// `tq` is required for the tq dtypes (throws std::invalid_argument without
-  /// it). Throws std::bad_alloc when the backend is out of memory.
+  /// it); its arrays are uploaded once into `backend`'s memory here
+  /// (kernels::TqCodecBuffer) for device kernels. Throws std::bad_alloc when
+  /// the backend is out of memory.
   /// sink_tokens > 0 (tq only, <= 8 and <= block_size) also keeps the first
   /// sink_tokens positions of every sequence exact (kernels::KvLayerView).
   PagedKvCache(kernels::Backend* backend, int32_t num_layers, const kernels::KvLayout& layout,
@@ -53,6 +56,7 @@ class PagedKvCache {
  private:
   kernels::KvLayout layout_;
   std::shared_ptr<const TqCodecState> tq_;
+  kernels::TqCodecBuffer tq_arrays_;  // tq_'s arrays in the pools' backend memory
   int32_t sink_tokens_ = 0;
   std::vector<kernels::BackendBuffer> sink_k_, sink_v_;
   std::vector<kernels::BackendBuffer> k_;

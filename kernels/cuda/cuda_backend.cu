@@ -8,11 +8,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <initializer_list>
 #include <new>
 #include <stdexcept>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "kernels/cuda/cuda_backend.h"
@@ -20,26 +18,11 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/quant_gemm.h"
 #include "kernels/op_checks.h"
-#include "kernels/tq/rotation.h"
 
 namespace tq::kernels {
 namespace {
 
-using cuda::DeviceTqCodec;
-
 constexpr std::string_view kName = "cuda";
-
-// Host snapshot of the arrays a device mirror was made from: a mirror is
-// reused only while the host arrays still hold the same values (a freed and
-// reallocated TqCodecState can reuse an address).
-std::vector<float> Snapshot(std::initializer_list<std::pair<const float*, size_t>> parts) {
-  std::vector<float> s;
-  for (const auto& [ptr, n] : parts) {
-    s.push_back(static_cast<float>(n));
-    if (ptr) s.insert(s.end(), ptr, ptr + n);
-  }
-  return s;
-}
 
 class CudaBackend;
 
@@ -79,12 +62,11 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     cudaSetDevice(device_);
     cudaStreamSynchronize(stream_);
-    for (auto& [key, m] : tq_mirrors_) cudaFree(m.memory);
-    for (auto& [key, m] : rope_mirrors_) cudaFree(m.memory);
     if (gemm_workspace_) cudaFree(gemm_workspace_);
     if (attn_workspace_) cudaFree(attn_workspace_);
     if (layout_buffer_) cudaFree(layout_buffer_);
     if (cublas_workspace_) cudaFree(cublas_workspace_);
+    if (staging_) cudaFreeHost(staging_);
     cublasDestroy(cublas_);
     cudaStreamDestroy(stream_);
   }
@@ -120,12 +102,31 @@ class CudaBackend final : public Backend {
     cudaStreamSynchronize(stream_);  // queued kernels may still read it
     cudaFree(ptr);
   }
+  // `src` may be freed on return. A copy that fits the pinned staging ring is
+  // copied there and enqueued without waiting (a step's inputs: token ids,
+  // positions, slot mapping, block tables); the ring is reused only after a
+  // stream synchronize, once per kStagingBytes. Larger copies (weights at
+  // load) go from pageable memory and wait.
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
     NotCapturing("CopyToDevice");
     Select();
-    TQ_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
-    TQ_CUDA_CHECK(cudaStreamSynchronize(stream_));  // src may be freed on return
+    if (bytes > kStagingBytes) {
+      TQ_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+      TQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      return;
+    }
+    if (!staging_) {
+      TQ_CUDA_CHECK(cudaHostAlloc(&staging_, kStagingBytes, cudaHostAllocDefault));
+    }
+    if (staging_used_ + bytes > kStagingBytes) {
+      TQ_CUDA_CHECK(cudaStreamSynchronize(stream_));  // every earlier copy has read its bytes
+      staging_used_ = 0;
+    }
+    char* at = static_cast<char*>(staging_) + staging_used_;
+    std::memcpy(at, src, bytes);
+    TQ_CUDA_CHECK(cudaMemcpyAsync(dst, at, bytes, cudaMemcpyHostToDevice, stream_));
+    staging_used_ = (staging_used_ + bytes + 255) / 256 * 256;
   }
   void CopyToHost(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
@@ -160,8 +161,7 @@ class CudaBackend final : public Backend {
     CheckKvWrite(kName, p);
     CheckKvLimits("KvWrite", p.cache);
     Select();
-    const DeviceTqCodec* tq = MirrorTq(p.cache);
-    cuda::LaunchKvWrite(p, tq, stream_);
+    cuda::LaunchKvWrite(p, TqArrays(p.cache), stream_);
   }
   void PagedAttention(const PagedAttentionParams& p) override;
   void LogitsTopK(const LogitsTopKParams& p) override {
@@ -178,12 +178,6 @@ class CudaBackend final : public Backend {
   uint64_t epoch() const { return epoch_; }
 
  private:
-  struct Mirror {
-    void* memory = nullptr;
-    std::vector<float> snapshot;
-    DeviceTqCodec codec;
-  };
-
   // cudaSetDevice only when needed: it is one more driver call per op, and
   // during a capture every call should be one the capture allows.
   void Select() const {
@@ -212,15 +206,27 @@ class CudaBackend final : public Backend {
       throw std::invalid_argument(where + "--kv-cache-dtype " + std::string(KvDtypeName(l.dtype)) +
                                   " is CPU-only (no CUDA kernels); use tq3 on CUDA");
     }
-    if (KvStoresPreRopeKeys(l.dtype) && !cache.tq->rotation->is_hadamard()) {
+    if (!KvStoresPreRopeKeys(l.dtype)) return;
+    if (cache.tq_arrays == nullptr) {
+      throw std::invalid_argument(where +
+                                  "tq KV cache without its device arrays (cache.tq_arrays, "
+                                  "uploaded by the KV cache: kernels::TqCodecBuffer)");
+    }
+    if (cache.tq_arrays->signs == nullptr) {
       throw std::invalid_argument(where + "tq KV cache with head_dim " +
                                   std::to_string(l.head_dim) +
                                   " (not a power of two: dense rotation) is CPU-only; use "
                                   "--kv-cache-dtype fp16 or int8 on CUDA");
     }
-    if (KvStoresPreRopeKeys(l.dtype) && cache.tq->rope_positions <= 0) {
+    if (cache.tq_arrays->rope_positions <= 0) {
       throw std::invalid_argument(where + "tq KV cache without a RoPE table");
     }
+  }
+
+  // The tq codec as the kernels read it (checked by CheckKvLimits); null for
+  // the other formats.
+  static const TqCodecArrays* TqArrays(const KvLayerView& cache) {
+    return KvStoresPreRopeKeys(cache.layout.dtype) ? cache.tq_arrays : nullptr;
   }
 
   // Grows a device scratch buffer (contents not kept).
@@ -240,107 +246,6 @@ class CudaBackend final : public Backend {
     return *buffer;
   }
 
-  void* Upload(const std::vector<std::pair<const float*, size_t>>& parts, size_t total,
-               std::vector<const float*>* device_ptrs) {
-    void* memory = nullptr;
-    TQ_CUDA_CHECK(cudaMalloc(&memory, total * sizeof(float)));
-    auto* base = static_cast<float*>(memory);
-    size_t at = 0;
-    for (const auto& [ptr, n] : parts) {
-      if (ptr && n) {
-        TQ_CUDA_CHECK(
-            cudaMemcpyAsync(base + at, ptr, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
-        device_ptrs->push_back(base + at);
-      } else {
-        device_ptrs->push_back(nullptr);
-      }
-      at += n;
-    }
-    TQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    return memory;
-  }
-
-  // Device copy of the layer's tq codec (TqLayerCodec holds host pointers).
-  const DeviceTqCodec* MirrorTq(const KvLayerView& cache) {
-    if (!KvStoresPreRopeKeys(cache.layout.dtype)) return nullptr;
-    const TqLayerCodec& c = *cache.tq;
-    const KvLayout& l = cache.layout;
-    const size_t d = static_cast<size_t>(l.head_dim);
-    const size_t stats = static_cast<size_t>(l.num_kv_heads) * d;
-    const size_t kl = size_t{1} << TqKeyBits(l.dtype);
-    const size_t vl = size_t{1} << TqValueBits(l.dtype);
-    const std::vector<float>& signs = c.rotation->signs();
-    const std::vector<std::pair<const float*, size_t>> parts = {{signs.data(), d},
-                                                                {c.k_centroids, kl},
-                                                                {c.k_boundaries, kl - 1},
-                                                                {c.v_centroids, vl},
-                                                                {c.v_boundaries, vl - 1},
-                                                                {c.k_mean, c.k_mean ? stats : 0},
-                                                                {c.k_scale, c.k_scale ? stats : 0}};
-    std::vector<float> snap =
-        Snapshot({parts[0], parts[1], parts[2], parts[3], parts[4], parts[5], parts[6]});
-    auto it = tq_mirrors_.find(&c);
-    if (it == tq_mirrors_.end() || it->second.snapshot != snap) {
-      NotCapturing("tq codec upload");
-      if (it != tq_mirrors_.end()) {
-        TQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
-        cudaFree(it->second.memory);
-        tq_mirrors_.erase(it);
-        ++epoch_;
-      }
-      size_t total = 0;
-      for (const auto& part : parts) total += part.second;
-      Mirror m;
-      std::vector<const float*> ptrs;
-      m.memory = Upload(parts, total, &ptrs);
-      m.snapshot = std::move(snap);
-      m.codec.signs = ptrs[0];
-      m.codec.k_centroids = ptrs[1];
-      m.codec.k_boundaries = ptrs[2];
-      m.codec.v_centroids = ptrs[3];
-      m.codec.v_boundaries = ptrs[4];
-      m.codec.k_mean = ptrs[5];
-      m.codec.k_scale = ptrs[6];
-      it = tq_mirrors_.emplace(&c, std::move(m)).first;
-    }
-    // The RoPE table is shared by all layers: one mirror per table. Its
-    // snapshot is the first two and the last rows (tables run to millions of
-    // floats; they are computed from the config, so equal ends mean equal tables).
-    const size_t half = d / 2;
-    const size_t rows = static_cast<size_t>(c.rope_positions);
-    const float* last_cos = c.rope_cos + (rows - 1) * half;
-    const float* last_sin = c.rope_sin + (rows - 1) * half;
-    std::vector<float> rope_snap = Snapshot({{c.rope_cos, std::min<size_t>(2, rows) * half},
-                                             {c.rope_sin, std::min<size_t>(2, rows) * half},
-                                             {last_cos, half},
-                                             {last_sin, half}});
-    rope_snap.push_back(static_cast<float>(rows));
-    auto rit = rope_mirrors_.find(c.rope_cos);
-    if (rit == rope_mirrors_.end() || rit->second.snapshot != rope_snap) {
-      NotCapturing("RoPE table upload");
-      if (rit != rope_mirrors_.end()) {
-        TQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
-        cudaFree(rit->second.memory);
-        rope_mirrors_.erase(rit);
-        ++epoch_;
-      }
-      Mirror m;
-      std::vector<const float*> ptrs;
-      m.memory =
-          Upload({{c.rope_cos, rows * half}, {c.rope_sin, rows * half}}, 2 * rows * half, &ptrs);
-      m.snapshot = std::move(rope_snap);
-      m.codec.rope_cos = ptrs[0];
-      m.codec.rope_sin = ptrs[1];
-      m.codec.rope_positions = c.rope_positions;
-      rit = rope_mirrors_.emplace(c.rope_cos, std::move(m)).first;
-    }
-    DeviceTqCodec& codec = it->second.codec;
-    codec.rope_cos = rit->second.codec.rope_cos;
-    codec.rope_sin = rit->second.codec.rope_sin;
-    codec.rope_positions = rit->second.codec.rope_positions;
-    return &codec;
-  }
-
   int device_;
   int num_sms_ = 1;
   cudaStream_t stream_ = nullptr;
@@ -353,10 +258,11 @@ class CudaBackend final : public Backend {
   size_t layout_buffer_bytes_ = 0;
   std::vector<int32_t> layout_host_;  // what layout_buffer_ holds
   void* cublas_workspace_ = nullptr;
+  static constexpr size_t kStagingBytes = size_t{8} << 20;
+  void* staging_ = nullptr;  // pinned host memory, kStagingBytes (CopyToDevice)
+  size_t staging_used_ = 0;
   bool capturing_ = false;
   uint64_t epoch_ = 0;
-  std::unordered_map<const TqLayerCodec*, Mirror> tq_mirrors_;
-  std::unordered_map<const float*, Mirror> rope_mirrors_;
 };
 
 void CudaBackend::MatMul(const MatMulParams& p) {
@@ -436,7 +342,7 @@ void CudaBackend::PagedAttention(const PagedAttentionParams& p) {
   }
   if (p.num_tokens == 0) return;
   Select();
-  const DeviceTqCodec* tq = MirrorTq(p.cache);
+  const TqCodecArrays* tq = TqArrays(p.cache);
   const cuda::AttentionBatchLayout layout = cuda::PlanAttentionBatch(p);
   const cuda::AttentionPlan plan = cuda::PlanAttention(p, num_sms_, layout);
   float* workspace = nullptr;

@@ -1,8 +1,9 @@
 // Host launchers of the CUDA kernels (kernels/cuda/*.cu). Every pointer is
 // device memory; every launcher enqueues on `stream` and returns without
 // waiting. The params structs are the backend's (kernels/op_params.h), already
-// checked by kernels/op_checks.h; tq codecs come as device mirrors
-// (DeviceTqCodec) because TqLayerCodec holds host pointers.
+// checked by kernels/op_checks.h; tq codecs come as the KV cache's device
+// arrays (TqCodecArrays, kernels/kv_layout.h) because TqLayerCodec holds host
+// pointers.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,21 +14,6 @@
 #include "kernels/op_params.h"
 
 namespace tq::kernels::cuda {
-
-/// Device copies of a TqLayerCodec's arrays (same shapes as there) plus the
-/// rotation's ±1 signs; head_dim must be a power of two (randomized Hadamard).
-struct DeviceTqCodec {
-  const float* signs = nullptr;         // [head_dim]
-  const float* k_centroids = nullptr;   // [2^key_bits]
-  const float* k_boundaries = nullptr;  // [2^key_bits - 1]
-  const float* v_centroids = nullptr;   // [2^value_bits]
-  const float* v_boundaries = nullptr;  // [2^value_bits - 1]
-  const float* k_mean = nullptr;        // [num_kv_heads * head_dim] or null (0)
-  const float* k_scale = nullptr;       // [num_kv_heads * head_dim] or null (1)
-  const float* rope_cos = nullptr;      // [rope_positions][head_dim / 2]
-  const float* rope_sin = nullptr;
-  int32_t rope_positions = 0;
-};
 
 /// Largest head_dim the CUDA attention and KV write kernels handle (8 values
 /// per lane of a warp).
@@ -48,7 +34,7 @@ void LaunchFromHalf(const uint16_t* src, float* dst, int64_t n, bool accumulate,
 void LaunchAddBias(float* out, const float* bias, int32_t rows, int32_t cols, cudaStream_t stream);
 
 /// KV write for every KvDtype; `tq` is required for kTq3/kTq4.
-void LaunchKvWrite(const KvWriteParams& p, const DeviceTqCodec* tq, cudaStream_t stream);
+void LaunchKvWrite(const KvWriteParams& p, const TqCodecArrays* tq, cudaStream_t stream);
 
 /// Tokens of one PagedAttention call grouped for the two attention kernels
 /// (host side, from PagedAttentionParams::host_token_seq): every run of at
@@ -94,7 +80,7 @@ AttentionPlan PlanAttention(const PagedAttentionParams& p, int32_t num_sms,
 /// `device_layout` is a device copy of layout.tiles followed by
 /// layout.decode (may be null without tiles); `workspace` holds
 /// plan.WorkspaceFloats(p) floats.
-void LaunchPagedAttention(const PagedAttentionParams& p, const DeviceTqCodec* tq,
+void LaunchPagedAttention(const PagedAttentionParams& p, const TqCodecArrays* tq,
                           const AttentionPlan& plan, float* workspace, cudaStream_t stream,
                           const AttentionBatchLayout& layout = {},
                           const int32_t* device_layout = nullptr);

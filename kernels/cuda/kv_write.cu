@@ -198,7 +198,7 @@ __global__ void KvWriteKernel(KvWriteArgs a) {
 
 }  // namespace
 
-void LaunchKvWrite(const KvWriteParams& p, const DeviceTqCodec* tq, cudaStream_t stream) {
+void LaunchKvWrite(const KvWriteParams& p, const TqCodecArrays* tq, cudaStream_t stream) {
   if (p.num_tokens == 0) return;
   const KvLayout& l = p.cache.layout;
   KvWriteArgs a{};

@@ -238,7 +238,7 @@ AttentionPlan PlanAttention(const PagedAttentionParams& p, int32_t num_sms,
   return plan;
 }
 
-void LaunchPagedAttention(const PagedAttentionParams& p, const DeviceTqCodec* tq,
+void LaunchPagedAttention(const PagedAttentionParams& p, const TqCodecArrays* tq,
                           const AttentionPlan& plan, float* workspace, cudaStream_t stream,
                           const AttentionBatchLayout& layout, const int32_t* device_layout) {
   if (p.num_tokens == 0) return;

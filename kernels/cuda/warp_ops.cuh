@@ -170,13 +170,13 @@ struct KvPoolArgs {
   int32_t head_dim;
   int32_t key_bits;    // tq formats; 0 otherwise
   int32_t value_bits;  // tq formats; 0 otherwise
-  DeviceTqCodec tq;    // tq formats; empty otherwise
+  TqCodecArrays tq;    // tq formats; empty otherwise
   int32_t sink_tokens;
   float* sink_k;  // [num_blocks][sink_tokens][num_kv_heads][head_dim] or null
   float* sink_v;
 };
 
-inline KvPoolArgs MakeKvPoolArgs(const KvLayerView& cache, const DeviceTqCodec* tq) {
+inline KvPoolArgs MakeKvPoolArgs(const KvLayerView& cache, const TqCodecArrays* tq) {
   const KvLayout& l = cache.layout;
   const KvRecord kr = l.KRecord();
   const KvRecord vr = l.VRecord();

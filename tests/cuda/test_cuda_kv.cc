@@ -120,6 +120,7 @@ class CudaKv : public CudaVsCpu {
     kernels::KvLayerView gpu_view = cpu_view;
     gpu_view.k = dkpool.data();
     gpu_view.v = dvpool.data();
+    if (tq) gpu_view.tq_arrays = parts->UploadTo(cuda_.get(), layout);
     if (s.sink_tokens > 0) {
       gpu_view.sink_k = dsink_k.as<float>();
       gpu_view.sink_v = dsink_v.as<float>();
@@ -320,7 +321,8 @@ TEST_F(CudaKv, RejectsWhatTheKernelsCannotDo) {
   TqParts parts(KvDtype::kTq3, 80, 1, 16, 1);  // dense rotation: CPU only
   kernels::KvLayout l{KvDtype::kTq3, 1, 16, 1, 80};
   kernels::BackendBuffer pool = Poisoned(1024);
-  kernels::KvLayerView view{pool.data(), pool.data(), l, &parts.codec};
+  kernels::KvLayerView view{pool.data(), pool.data(), l, &parts.codec,
+                            parts.UploadTo(cuda_.get(), l)};
   kernels::BackendBuffer x = Poisoned(80);
   const std::vector<int32_t> zero{0};
   kernels::BackendBuffer slot = Upload(zero);

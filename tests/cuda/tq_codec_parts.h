@@ -12,6 +12,7 @@
 
 #include "engine/kv/lloyd_max.h"
 #include "kernels/kv_layout.h"
+#include "kernels/tq/codec_buffer.h"
 #include "kernels/tq/rotation.h"
 
 namespace tq::cudatest {
@@ -48,6 +49,14 @@ struct TqCodecParts {
     codec.rope_sin = sin.data();
     codec.rope_positions = positions;
   }
+  /// The codec's arrays in `backend`'s memory, what a CUDA KvLayerView needs
+  /// as tq_arrays (PagedKvCache makes them so for a model's cache).
+  const kernels::TqCodecArrays* UploadTo(kernels::Backend* backend,
+                                         const kernels::KvLayout& layout) {
+    const kernels::TqLayerCodec* layers[] = {&codec};
+    uploaded = kernels::TqCodecBuffer(backend, layers, layout);
+    return uploaded.Layer(0);
+  }
   TqCodecParts(const TqCodecParts&) = delete;
   TqCodecParts& operator=(const TqCodecParts&) = delete;
 
@@ -55,6 +64,7 @@ struct TqCodecParts {
   ScalarCodebook kcb, vcb;
   std::vector<float> mean, scale, cos, sin;
   kernels::TqLayerCodec codec;
+  kernels::TqCodecBuffer uploaded;  // UploadTo's
 };
 
 }  // namespace tq::cudatest

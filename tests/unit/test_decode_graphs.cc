@@ -19,6 +19,7 @@
 #include "engine/runtime/model_loader.h"
 #include "kernels/backend.h"
 #include "tests/unit/decode_graph_driver.h"
+#include "tests/unit/forwarding_backend.h"
 
 namespace tq {
 namespace {
@@ -148,29 +149,15 @@ TEST(DecodeGraphRunnerTest, PaddedBucketsMatchEagerTokensAndKvBytes) {
 // The CPU backend behind a graph API that fails the way a GPU can: every
 // graph of the first capture reports itself stale on Launch, and every later
 // capture throws. All other ops are the CPU backend's.
-class StaleThenFailingGraphs : public kernels::Backend {
+class StaleThenFailingGraphs : public ForwardingBackend {
  public:
+  StaleThenFailingGraphs() : ForwardingBackend(2) {}
   std::string_view Name() const override { return "stale-graphs"; }
   kernels::BackendCapabilities Capabilities() const override {
     kernels::BackendCapabilities caps;
     caps.graphs = true;
     return caps;
   }
-  void* Allocate(size_t bytes) override { return cpu_->Allocate(bytes); }
-  void Free(void* ptr) override { cpu_->Free(ptr); }
-  void CopyToDevice(void* d, const void* s, size_t n) override { cpu_->CopyToDevice(d, s, n); }
-  void CopyToHost(void* d, const void* s, size_t n) override { cpu_->CopyToHost(d, s, n); }
-  kernels::WeightView PrepareWeight(const kernels::WeightView& w,
-                                    kernels::BackendBuffer* storage) override {
-    return cpu_->PrepareWeight(w, storage);
-  }
-  void Embedding(const kernels::EmbeddingParams& p) override { cpu_->Embedding(p); }
-  void RmsNorm(const kernels::RmsNormParams& p) override { cpu_->RmsNorm(p); }
-  void MatMul(const kernels::MatMulParams& p) override { cpu_->MatMul(p); }
-  void Rope(const kernels::RopeParams& p) override { cpu_->Rope(p); }
-  void SiluMul(const kernels::SiluMulParams& p) override { cpu_->SiluMul(p); }
-  void KvWrite(const kernels::KvWriteParams& p) override { cpu_->KvWrite(p); }
-  void PagedAttention(const kernels::PagedAttentionParams& p) override { cpu_->PagedAttention(p); }
   std::unique_ptr<kernels::BackendGraph> CaptureGraph(const std::function<void()>&) override {
     struct Stale : kernels::BackendGraph {
       explicit Stale(StaleThenFailingGraphs* b) : backend(b) {}
@@ -184,9 +171,6 @@ class StaleThenFailingGraphs : public kernels::Backend {
     return std::make_unique<Stale>(this);
   }
   bool stale_seen = false;
-
- private:
-  std::unique_ptr<kernels::Backend> cpu_ = kernels::CreateCpuBackend(2);
 };
 
 // A stale graph whose re-capture fails turns graphs off and runs that step

@@ -21,6 +21,7 @@
 #include "engine/runtime/offline_engine.h"
 #include "kernels/cpu/weight_decode.h"
 #include "temp_dir_test.h"
+#include "tests/unit/forwarding_backend.h"
 
 namespace tq {
 namespace {
@@ -243,23 +244,15 @@ TEST_F(QuantTablesTest, OfflineCheckpointLogitsEqualLoadTime) {
 
 // A backend whose Embedding reads dense tables only (the CUDA backend's
 // capabilities) refuses a quantized embed_tokens at load; lm_head alone loads.
-class DenseEmbeddingBackend final : public kernels::Backend {
+class DenseEmbeddingBackend final : public ForwardingBackend {
  public:
   std::string_view Name() const override { return "dense-embedding"; }
-  void* Allocate(size_t bytes) override { return cpu_->Allocate(bytes); }
-  void Free(void* ptr) override { cpu_->Free(ptr); }
-  void CopyToDevice(void* d, const void* s, size_t n) override { cpu_->CopyToDevice(d, s, n); }
-  void CopyToHost(void* d, const void* s, size_t n) override { cpu_->CopyToHost(d, s, n); }
-  void Embedding(const kernels::EmbeddingParams& p) override { cpu_->Embedding(p); }
-  void RmsNorm(const kernels::RmsNormParams& p) override { cpu_->RmsNorm(p); }
-  void MatMul(const kernels::MatMulParams& p) override { cpu_->MatMul(p); }
-  void Rope(const kernels::RopeParams& p) override { cpu_->Rope(p); }
-  void SiluMul(const kernels::SiluMulParams& p) override { cpu_->SiluMul(p); }
-  void KvWrite(const kernels::KvWriteParams& p) override { cpu_->KvWrite(p); }
-  void PagedAttention(const kernels::PagedAttentionParams& p) override { cpu_->PagedAttention(p); }
-
- private:
-  std::unique_ptr<kernels::Backend> cpu_ = kernels::CreateCpuBackend(1);
+  kernels::BackendCapabilities Capabilities() const override { return {}; }
+  // Weights as loaded (the CPU's repacked layouts are its own).
+  kernels::WeightView PrepareWeight(const kernels::WeightView& w,
+                                    kernels::BackendBuffer* storage) override {
+    return kernels::Backend::PrepareWeight(w, storage);
+  }
 };
 
 TEST_F(QuantTablesTest, BackendWithoutIntegerEmbeddingRefusesAQuantizedTable) {

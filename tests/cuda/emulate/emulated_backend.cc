@@ -100,20 +100,18 @@ class EmulatedAttentionBackend final : public Backend {
 
   void KvWrite(const KvWriteParams& p) override {
     CheckKvWrite("cuda", p);
-    const cuda::DeviceTqCodec codec = Codec(p.cache);
-    cuda::LaunchKvWrite(p, p.cache.tq ? &codec : nullptr, nullptr);
+    cuda::LaunchKvWrite(p, TqArrays(p.cache), nullptr);
   }
 
   void PagedAttention(const PagedAttentionParams& p) override {
     CheckPagedAttention("cuda", p);
-    const cuda::DeviceTqCodec codec = Codec(p.cache);
-    const TqLayerCodec* c = p.cache.tq;
+    const TqCodecArrays* tq = TqArrays(p.cache);
     const cuda::AttentionBatchLayout layout = cuda::PlanAttentionBatch(p);
     const cuda::AttentionPlan plan = cuda::PlanAttention(p, kSms, layout);
     std::vector<float> workspace(plan.WorkspaceFloats(p) + 1);
     std::vector<int32_t> flat(layout.tiles);
     flat.insert(flat.end(), layout.decode.begin(), layout.decode.end());
-    cuda::LaunchPagedAttention(p, c ? &codec : nullptr, plan, workspace.data(), nullptr, layout,
+    cuda::LaunchPagedAttention(p, tq, plan, workspace.data(), nullptr, layout,
                                flat.empty() ? nullptr : flat.data());
   }
 
@@ -133,21 +131,12 @@ class EmulatedAttentionBackend final : public Backend {
     cpu_->MatMul(q);
   }
 
-  // The layer's tq codec as the kernels read it (host memory is the
-  // emulator's device memory); empty for the other formats.
-  static cuda::DeviceTqCodec Codec(const KvLayerView& cache) {
-    if (!KvStoresPreRopeKeys(cache.layout.dtype)) return {};
-    const TqLayerCodec* c = cache.tq;
-    return {c->rotation->signs().data(),
-            c->k_centroids,
-            c->k_boundaries,
-            c->v_centroids,
-            c->v_boundaries,
-            c->k_mean,
-            c->k_scale,
-            c->rope_cos,
-            c->rope_sin,
-            c->rope_positions};
+  // The layer's tq codec as the kernels read it (the cache's arrays, as the
+  // CUDA backend requires them); null for the other formats.
+  static const TqCodecArrays* TqArrays(const KvLayerView& cache) {
+    if (!KvStoresPreRopeKeys(cache.layout.dtype)) return nullptr;
+    if (!cache.tq_arrays) throw std::invalid_argument("emulated cuda: cache.tq_arrays not set");
+    return cache.tq_arrays;
   }
 
   // Few SMs, so that small test batches split the context too.
