@@ -1,7 +1,7 @@
 #include "kernels/tq/codec_buffer.h"
 
-#include <cstring>
 #include <stdexcept>
+#include <string>
 #include <unordered_map>
 #include <utility>
 
