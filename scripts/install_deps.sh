@@ -34,6 +34,7 @@ if [ "${TQ_DEPS:-all}" != build ]; then
     python3-yaml             # deploy tests: parse the rendered Kubernetes manifests
     python3-jsonschema       # structured-output conformance: validate sampled JSON
     openssl                  # integration.tls makes its certificates with the openssl CLI
+    ccache                   # compile cache: make test and make test-asan (and CI's clone) share objects (CMakeLists.txt TQ_CCACHE)
   )
   # node and npm run the integration tests with the real `openai` client; a
   # node installed another way (e.g. NodeSource) is used as it is.
