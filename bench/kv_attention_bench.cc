@@ -5,7 +5,8 @@
 //
 //   tq_bench_kv_attention [--contexts 1024,4096,16384] [--threads 1]
 //                         [--repeats 9] [--seqs 1] [--dtypes fp32,...]
-//                         [--warm-cache] [--no-breakdown]
+//                         [--warm-cache] [--no-breakdown] [--query-rows 1]
+//                         [--clock wall|cpu]
 //
 // One cache per dtype (1 layer, block_size 16, blocks in a shuffled order as a
 // long-running pool hands them out) is filled once with KvWrite of the same
@@ -16,7 +17,14 @@
 // DRAM as in a real decode step, where the other layers' weights and KV pass
 // through the caches between two calls on one layer. Reported: median µs per
 // call, ratio to fp32 of the same run, KV bytes the call reads (records of
-// positions [0, ctx) for all KV heads, K and V) and bytes / time.
+// positions [0, ctx) for all KV heads, K and V), bytes / time and a hash of
+// the output bits (equal hashes from two builds: no output bit changed).
+// --query-rows N > 1 measures prefill attention instead: N query rows per
+// sequence at positions ctx - N .. ctx - 1 (the last chunk of a prefill of
+// ctx tokens; N = ctx: the whole prompt) in one call. --clock cpu times each
+// call by the process's CPU time (with 1 thread the call runs on the calling
+// thread, so time the OS gave to other processes is not counted: steadier on
+// a loaded machine; with more threads it also counts the pool's spinning).
 // Also measured: quantize-on-write (KvWrite of one token per call, as in
 // decode) and, with the breakdown, the per-record cost of each stage of the
 // tq path on one thread (warm caches).
@@ -27,6 +35,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <exception>
 #include <fstream>
 #include <memory>
@@ -67,6 +76,8 @@ struct Args {
   int32_t write_tokens = 256;
   bool cold = true;
   bool breakdown = true;
+  int32_t query_rows = 1;  // per sequence; > 1: prefill attention
+  bool cpu_clock = false;  // --clock cpu: process CPU time per call
 };
 
 [[noreturn]] void Usage(const std::string& msg) {
@@ -74,7 +85,7 @@ struct Args {
                "error: %s\nusage: tq_bench_kv_attention [--contexts 1024,4096,16384] "
                "[--threads 1[,2]] [--repeats 9] [--seqs 1] "
                "[--dtypes fp32,fp16,int8,int4,tq3,tq4] [--write-tokens 256] [--warm-cache] "
-               "[--no-breakdown]\n",
+               "[--no-breakdown] [--query-rows 1] [--clock wall|cpu]\n",
                msg.c_str());
   std::exit(2);
 }
@@ -129,6 +140,12 @@ Args ParseArgs(int argc, char** argv) {
       a.cold = false;
     } else if (flag == "--no-breakdown") {
       a.breakdown = false;
+    } else if (flag == "--query-rows") {
+      a.query_rows = ParseInts(value(), "--query-rows")[0];
+    } else if (flag == "--clock") {
+      const std::string v = value();
+      if (v != "wall" && v != "cpu") Usage("--clock is wall or cpu");
+      a.cpu_clock = v == "cpu";
     } else {
       Usage("unknown flag " + flag);
     }
@@ -138,6 +155,22 @@ Args ParseArgs(int argc, char** argv) {
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
+}
+
+// CPU seconds used by all threads of this process.
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// FNV-1a of the bits of v: equal outputs of two builds (a kernel change that
+// must not move any bit) give equal hashes.
+uint64_t Fnv1a(const std::vector<float>& v) {
+  uint64_t h = 1469598103934665603ull;
+  const auto* b = reinterpret_cast<const uint8_t*>(v.data());
+  for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
 }
 
 double Median(std::vector<double> v) {
@@ -342,6 +375,9 @@ int main(int argc, char** argv) try {
   const int32_t num_blocks = blocks_per_seq * args.seqs;
   const tq::ModelConfig config = BenchConfig(max_ctx);
   if (max_ctx > config.max_position_embeddings) Usage("context above max_position_embeddings");
+  if (args.query_rows > *std::min_element(args.contexts.begin(), args.contexts.end())) {
+    Usage("--query-rows above the smallest context");
+  }
 
   std::printf("# tq_bench_kv_attention\n\n");
   std::printf("cpu: %s; hardware threads %u\n", CpuModel().c_str(),
@@ -349,10 +385,13 @@ int main(int argc, char** argv) try {
   std::printf("loadavg at start: %s\n", LoadAvg().c_str());
   std::printf(
       "shape: head_dim %d, %d KV heads, %d query heads (GQA %d), block_size %d, "
-      "%d sequence(s), 1 query token each; rope_theta %.0f\n",
-      kHeadDim, kKvHeads, kHeads, kHeads / kKvHeads, kBlock, args.seqs, config.rope_theta);
-  std::printf("repeats %d (median; one unmeasured warm-up pass), %s caches before each call\n",
-              args.repeats, args.cold ? "cold (64 MiB read)" : "warm");
+      "%d sequence(s), %d query token(s) each; rope_theta %.0f\n",
+      kHeadDim, kKvHeads, kHeads, kHeads / kKvHeads, kBlock, args.seqs, args.query_rows,
+      config.rope_theta);
+  std::printf(
+      "repeats %d (median; one unmeasured warm-up pass), %s caches before each call, %s time\n",
+      args.repeats, args.cold ? "cold (64 MiB read)" : "warm",
+      args.cpu_clock ? "process CPU" : "wall");
 
   // Block tables: a shuffled permutation of the pool, one row per sequence.
   std::mt19937_64 rng(1234);
@@ -423,18 +462,21 @@ int main(int argc, char** argv) try {
   }
 
   // Attention: for every context and thread count, dtypes interleaved.
-  std::vector<float> q(static_cast<size_t>(args.seqs) * kHeads * kHeadDim);
+  const int32_t rows = args.query_rows;
+  const int32_t num_tokens = args.seqs * rows;
+  std::vector<float> q(static_cast<size_t>(num_tokens) * kHeads * kHeadDim);
   for (float& e : q) e = normal(rng);
   std::vector<float> out(q.size());
-  std::vector<int32_t> token_seq(args.seqs), token_pos(args.seqs);
-  std::iota(token_seq.begin(), token_seq.end(), 0);
+  std::vector<int32_t> token_seq(num_tokens), token_pos(num_tokens);
+  for (int32_t t = 0; t < num_tokens; ++t) token_seq[t] = t / rows;
   CacheFlusher flusher(size_t{64} << 20);
   const size_t nt = args.threads.size(), nd = cases.size(), nc = args.contexts.size();
   std::vector<std::vector<double>> samples(nc * nt * nd);
+  std::vector<uint64_t> checksums(nc * nt * nd);  // of the last repeat's output bits
   auto sample_index = [&](size_t c, size_t t, size_t d) { return (c * nt + t) * nd + d; };
   for (int r = 0; r <= args.repeats; ++r) {
     for (size_t ci = 0; ci < nc; ++ci) {
-      std::fill(token_pos.begin(), token_pos.end(), args.contexts[ci] - 1);
+      for (int32_t t = 0; t < num_tokens; ++t) token_pos[t] = args.contexts[ci] - rows + t % rows;
       for (size_t ti = 0; ti < nt; ++ti) {
         for (size_t k0 = 0; k0 < nd; ++k0) {
           const size_t di = (k0 + static_cast<size_t>(r)) % nd;  // rotate the order too
@@ -444,16 +486,18 @@ int main(int argc, char** argv) try {
           p.token_seq = token_seq.data();
           p.token_pos = token_pos.data();
           p.block_tables = tables.data();
-          p.num_tokens = args.seqs;
+          p.num_tokens = num_tokens;
           p.num_heads = kHeads;
           p.max_blocks_per_seq = blocks_per_seq;
           p.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
           p.cache = cases[di].cache->Layer(0);
           if (args.cold) flusher.Flush();
+          const double c0 = args.cpu_clock ? ProcessCpuSeconds() : 0.0;
           const auto t0 = Clock::now();
           backends[ti]->PagedAttention(p);
-          const double s = Seconds(t0, Clock::now());
+          const double s = args.cpu_clock ? ProcessCpuSeconds() - c0 : Seconds(t0, Clock::now());
           if (r > 0) samples[sample_index(ci, ti, di)].push_back(s);
+          checksums[sample_index(ci, ti, di)] = Fnv1a(out);
         }
       }
     }
@@ -476,10 +520,11 @@ int main(int argc, char** argv) try {
                 cases[di].bytes_per_token);
   }
 
-  std::printf("\n## Decode attention (PagedAttention, %d query token(s))\n\n", args.seqs);
+  std::printf("\n## %s attention (PagedAttention, %d sequence(s) x %d query row(s))\n\n",
+              rows > 1 ? "Prefill" : "Decode", args.seqs, rows);
   std::printf(
       "| context | threads | dtype | µs per call | ratio to fp32 | KV bytes read per call "
-      "| effective GB/s |\n|---:|---:|---|---:|---:|---:|---:|\n");
+      "| effective GB/s | output FNV-1a |\n|---:|---:|---|---:|---:|---:|---:|---|\n");
   for (size_t ci = 0; ci < nc; ++ci) {
     for (size_t ti = 0; ti < nt; ++ti) {
       double fp32 = 0.0;
@@ -491,9 +536,10 @@ int main(int argc, char** argv) try {
             static_cast<double>(cases[di].bytes_per_token) * args.contexts[ci] * args.seqs;
         char ratio[32] = "-";
         if (fp32 > 0.0) std::snprintf(ratio, sizeof(ratio), "%.2f", med / fp32);
-        std::printf("| %d | %d | %s | %.0f | %s | %.1f MiB | %.1f |\n", args.contexts[ci],
+        std::printf("| %d | %d | %s | %.0f | %s | %.1f MiB | %.1f | %016llx |\n", args.contexts[ci],
                     args.threads[ti], std::string(k::KvDtypeName(cases[di].dtype)).c_str(),
-                    med * 1e6, ratio, bytes / (1 << 20), bytes / med * 1e-9);
+                    med * 1e6, ratio, bytes / (1 << 20), bytes / med * 1e-9,
+                    static_cast<unsigned long long>(checksums[sample_index(ci, ti, di)]));
       }
     }
   }

@@ -1,9 +1,9 @@
 // Paged KV write and causal GQA attention on the CPU (reference backend),
 // for every KV format: records are encoded once when written and decoded
 // inside attention without ever dequantizing a block into a temporary buffer.
-// fp32 records are read in place; other formats one head vector at a time,
-// except the tq formats with a power-of-two head_dim, which decode 8 keys at a
-// time into a transposed tile (see "tq fast path" below).
+// fp32/fp16/bf16 records are read in place by plain_attention.cc; int8/int4
+// one head vector at a time, and the tq formats with a power-of-two head_dim
+// 8 keys at a time into a transposed tile (see "tq fast path" below).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -13,7 +13,9 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/kv_codec.h"
+#include "kernels/cpu/plain_attention.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/cpu/softmax.h"
 #include "kernels/half.h"
 #include "kernels/tq/rotation.h"
 
@@ -119,32 +121,6 @@ inline v8f ExpNonPositive(v8f x) {
   const v8i e = (__builtin_convertvector(n, v8i) + 127) << 23;
   y *= reinterpret_cast<v8f>(e);
   return reinterpret_cast<v8f>(reinterpret_cast<v8i>(y) & ~tiny);
-}
-
-// In-place softmax of s[0..n), 8 lanes at a time.
-void Softmax(float* s, int32_t n) {
-  v8f m8 = v8f{} + s[0];
-  int32_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    const v8f x = Load8(s + j);
-    m8 = x > m8 ? x : m8;
-  }
-  float max_score = m8[0];
-  for (int32_t k = 1; k < 8; ++k) max_score = std::max(max_score, m8[k]);
-  for (; j < n; ++j) max_score = std::max(max_score, s[j]);
-  v8f sum8{};
-  for (j = 0; j + 8 <= n; j += 8) {
-    const v8f e = ExpNonPositive(Load8(s + j) - max_score);
-    sum8 += e;
-    std::memcpy(s + j, &e, sizeof(e));
-  }
-  float sum = HorizontalSum(sum8);
-  for (; j < n; ++j) {
-    s[j] = std::exp(s[j] - max_score);
-    sum += s[j];
-  }
-  const float inv = 1.0f / sum;
-  for (j = 0; j < n; ++j) s[j] *= inv;
 }
 
 // ---------------------------------------------------------------------------
@@ -643,6 +619,31 @@ void SinkAddValues(const KvLayerView& cache, const int32_t* table, int32_t ctx, 
 
 }  // namespace
 
+void Softmax(float* s, int32_t n) {
+  v8f m8 = v8f{} + s[0];
+  int32_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const v8f x = Load8(s + j);
+    m8 = x > m8 ? x : m8;
+  }
+  float max_score = m8[0];
+  for (int32_t k = 1; k < 8; ++k) max_score = std::max(max_score, m8[k]);
+  for (; j < n; ++j) max_score = std::max(max_score, s[j]);
+  v8f sum8{};
+  for (j = 0; j + 8 <= n; j += 8) {
+    const v8f e = ExpNonPositive(Load8(s + j) - max_score);
+    sum8 += e;
+    std::memcpy(s + j, &e, sizeof(e));
+  }
+  float sum = HorizontalSum(sum8);
+  for (; j < n; ++j) {
+    s[j] = std::exp(s[j] - max_score);
+    sum += s[j];
+  }
+  const float inv = 1.0f / sum;
+  for (j = 0; j < n; ++j) s[j] *= inv;
+}
+
 void KvWrite(const KvWriteParams& p) {
   CheckTq(p.cache);
   const KvLayout& l = p.cache.layout;
@@ -676,6 +677,10 @@ void KvWrite(const KvWriteParams& p) {
 void PagedAttention(const PagedAttentionParams& p, ThreadPool& pool) {
   CheckTq(p.cache);
   const KvLayout& l = p.cache.layout;
+  if (IsPlainKvDtype(l.dtype)) {  // fp32 / fp16 / bf16: plain_attention.cc
+    PlainPagedAttention(p, pool);
+    return;
+  }
   const KvRecord krec = l.KRecord();
   const KvRecord vrec = l.VRecord();
   const int32_t hd = l.head_dim;
@@ -701,7 +706,6 @@ void PagedAttention(const PagedAttentionParams& p, ThreadPool& pool) {
                      group <= 64 && p.cache.tq->rope_positions > 0;
   RopeSteps rope;
   if (tiled) rope = MakeRopeSteps(*p.cache.tq, hd);
-  const bool f32 = l.dtype == KvDtype::kF32;
 
   pool.ParallelFor(work, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
@@ -729,13 +733,10 @@ void PagedAttention(const PagedAttentionParams& p, ThreadPool& pool) {
       // buffer) and shared by the group's query heads.
       for (int32_t j = 0; j < ctx; ++j) {
         const KvRecordAddress a = RecordAddress(l, krec, SlotOf(table, j, l.block_size), kv_head);
-        const float* key = reinterpret_cast<const float*>(kpool + a.code_offset);
-        if (!f32) {  // fp32 records are read in place
-          DecodeRecord(kpool + a.code_offset, kpool + a.param_offset, l, p.cache.tq, KvSide::kKey,
-                       kv_head, head.data());
-          if (pre_rope_keys) RopeKey(head.data(), j, *p.cache.tq, hd);
-          key = head.data();
-        }
+        DecodeRecord(kpool + a.code_offset, kpool + a.param_offset, l, p.cache.tq, KvSide::kKey,
+                     kv_head, head.data());
+        if (pre_rope_keys) RopeKey(head.data(), j, *p.cache.tq, hd);
+        const float* key = head.data();
         for (int32_t g = 0; g < group; ++g) {
           scores[static_cast<size_t>(g) * ctx + j] = Dot(q0 + g * hd, key, hd) * p.scale;
         }
@@ -750,12 +751,9 @@ void PagedAttention(const PagedAttentionParams& p, ThreadPool& pool) {
       std::fill(out0, out0 + static_cast<int64_t>(group) * hd, 0.0f);
       for (int32_t j = 0; j < ctx; ++j) {
         const KvRecordAddress a = RecordAddress(l, vrec, SlotOf(table, j, l.block_size), kv_head);
-        const float* value = reinterpret_cast<const float*>(vpool + a.code_offset);
-        if (!f32) {
-          DecodeRecord(vpool + a.code_offset, vpool + a.param_offset, l, p.cache.tq, KvSide::kValue,
-                       kv_head, head.data());
-          value = head.data();
-        }
+        DecodeRecord(vpool + a.code_offset, vpool + a.param_offset, l, p.cache.tq, KvSide::kValue,
+                     kv_head, head.data());
+        const float* value = head.data();
         for (int32_t g = 0; g < group; ++g) {
           const float w = scores[static_cast<size_t>(g) * ctx + j];
           float* out = out0 + g * hd;

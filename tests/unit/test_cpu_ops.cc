@@ -754,7 +754,8 @@ struct AttnProblem {
   std::vector<double> ref_scale;  // per output element: sum_j p_j |v_j| (for tolerances)
   float scale = 0.0f;
 
-  AttnProblem(const AttnConfig& c, uint32_t seed) : cfg(c) {
+  // shuffle: the query tokens in a random order (else each sequence's in a run).
+  AttnProblem(const AttnConfig& c, uint32_t seed, bool shuffle = true) : cfg(c) {
     std::mt19937 rng(seed);
     num_heads = c.kv_heads * c.group;
     scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
@@ -803,7 +804,7 @@ struct AttnProblem {
     AddToken(4, -1);
     std::vector<size_t> order(token_seq.size());
     std::iota(order.begin(), order.end(), 0);
-    std::shuffle(order.begin(), order.end(), rng);
+    if (shuffle) std::shuffle(order.begin(), order.end(), rng);
     std::vector<int32_t> ts, tp;
     for (size_t i : order) {
       ts.push_back(token_seq[i]);
@@ -857,8 +858,10 @@ struct AttnProblem {
     }
   }
 
-  // Writes K/V through the backend's KvWrite, runs PagedAttention, returns out.
-  std::vector<float> Run(Backend* be) const {
+  // Writes K/V through the backend's KvWrite, runs PagedAttention on query
+  // tokens [first, first + count) (count < 0: all), returns their output.
+  std::vector<float> Run(Backend* be, int32_t first = 0, int32_t count = -1) const {
+    if (count < 0) count = num_tokens() - first;
     const size_t elements =
         static_cast<size_t>(layout.num_blocks) * layout.block_size * layout.num_kv_heads * cfg.hd;
     const std::vector<uint8_t> nan_pool = NanPool(cfg.dtype, elements);
@@ -887,24 +890,28 @@ struct AttnProblem {
     w.cache = cache;
     be->KvWrite(w);
 
-    BackendBuffer d_q = Upload(be, q);
-    BackendBuffer d_seq = Upload(be, token_seq);
-    BackendBuffer d_pos = Upload(be, token_pos);
+    const size_t row = static_cast<size_t>(num_heads) * cfg.hd;
+    BackendBuffer d_q =
+        Upload(be, std::vector<float>(q.begin() + first * row, q.begin() + (first + count) * row));
+    BackendBuffer d_seq = Upload(
+        be, std::vector<int32_t>(token_seq.begin() + first, token_seq.begin() + first + count));
+    BackendBuffer d_pos = Upload(
+        be, std::vector<int32_t>(token_pos.begin() + first, token_pos.begin() + first + count));
     BackendBuffer d_tables = Upload(be, block_tables);
-    BackendBuffer d_out = PoisonedOutput(be, q.size());
+    BackendBuffer d_out = PoisonedOutput(be, count * row);
     PagedAttentionParams p;
     p.q = d_q.as<float>();
     p.out = d_out.as<float>();
     p.token_seq = d_seq.as<int32_t>();
     p.token_pos = d_pos.as<int32_t>();
     p.block_tables = d_tables.as<int32_t>();
-    p.num_tokens = num_tokens();
+    p.num_tokens = count;
     p.num_heads = num_heads;
     p.max_blocks_per_seq = max_blocks;
     p.scale = scale;
     p.cache = cache;
     be->PagedAttention(p);
-    return ReadGuarded(be, d_out, q.size());
+    return ReadGuarded(be, d_out, count * row);
   }
 };
 
@@ -940,6 +947,26 @@ TEST(CpuOpsDeterminismTest, PagedAttentionIdenticalAcrossThreadCounts) {
     const std::vector<float> one = prob.Run(backends[0].get());
     for (size_t b = 1; b < backends.size(); ++b)
       EXPECT_TRUE(SameBits(one, prob.Run(backends[b].get()))) << b + 1 << " threads";
+  }
+}
+
+// A query row's output must not depend on the other rows of its batch: the
+// CPU kernels attend runs of one sequence's rows together (sharing the keys
+// they read) with kernel variants chosen by the run's size, and a row decoded
+// alone must still get the bits it gets inside a prefill batch.
+TEST(CpuOpsDeterminismTest, PagedAttentionRowAloneEqualsBatch) {
+  std::unique_ptr<Backend> be = CreateCpuBackend(2);
+  for (const AttnConfig& c : AttnConfigs()) {
+    SCOPED_TRACE(AttnName(c));
+    const AttnProblem prob(c, 11, /*shuffle=*/false);
+    const std::vector<float> all = prob.Run(be.get());
+    const size_t row = static_cast<size_t>(prob.num_heads) * c.hd;
+    for (int32_t t = 0; t < prob.num_tokens(); ++t) {
+      const std::vector<float> alone = prob.Run(be.get(), t, 1);
+      ASSERT_TRUE(
+          SameBits(alone, std::vector<float>(all.begin() + t * row, all.begin() + (t + 1) * row)))
+          << "token " << t << " (seq " << prob.token_seq[t] << " pos " << prob.token_pos[t] << ")";
+    }
   }
 }
 
