@@ -3,7 +3,8 @@
 // holds the drain until it ends or --shutdown-timeout aborts it) and STREAMS
 // open streams. The
 // streams all finish (every token, [DONE]); the daemon exits 0 within
-// --shutdown-timeout + 2 s whatever the two others do.
+// --shutdown-timeout + 2 s (sanitizer builds: EXIT_SLACK_S) whatever the two
+// others do.
 // Served on a random-weight model (12.6M parameters, as sigterm.test.mjs) so
 // that the streams are still running when the signal comes. TQ_HTTP_FULL=1:
 // the issue's 200 streams; CI: 100.
@@ -19,7 +20,12 @@ import { SANITIZED, openSse, randomModel12M, startDaemon } from './harness.mjs';
 // sanitizer. 24 streams keep the same hostile clients and the same bound.
 const STREAMS = process.env.TQ_HTTP_FULL === '1' ? 200 : SANITIZED() ? 24 : 100;
 const TOKENS = 32;
-const SHUTDOWN_TIMEOUT_S = 15;
+// The stalled reader holds the drain until --shutdown-timeout aborts it; the
+// daemon then has EXIT_SLACK_S to exit. Under ThreadSanitizer the 24 streams
+// took 9 s of the 15 and the exit 1.7 s of the 2 on an idle machine
+// (2026-12-05): the sanitizer builds get more of both; Release keeps 15 + 2.
+const SHUTDOWN_TIMEOUT_S = SANITIZED() ? 45 : 15;
+const EXIT_SLACK_S = SANITIZED() ? 10 : 2;
 let daemon;
 let modelDir;
 
@@ -66,7 +72,7 @@ test(`SIGTERM with a slowloris client, a stalled reader and ${STREAMS} streams: 
     const exitMs = Date.now() - signalledAt;
     const drainedMs = Math.max(...results.map((r) => r.endedAt)) - signalledAt;
     console.log(`# ${STREAMS} streams finished ${drainedMs} ms after SIGTERM; exit after ${exitMs} ms ` +
-      `(bound ${(SHUTDOWN_TIMEOUT_S + 2) * 1000} ms)`);
+      `(bound ${(SHUTDOWN_TIMEOUT_S + EXIT_SLACK_S) * 1000} ms)`);
     for (const [i, r] of results.entries()) {
       assert.equal(r.status, 200);
       assert.ok(r.done, `stream ${i} did not end with [DONE]:\n${r.raw.slice(-300)}`);
@@ -74,7 +80,7 @@ test(`SIGTERM with a slowloris client, a stalled reader and ${STREAMS} streams: 
       assert.deepEqual(finishes, ['length'], `stream ${i}`);
     }
     assert.deepEqual(status, { code: 0, signal: null }, daemon.stderr.slice(-2000));
-    assert.ok(exitMs < (SHUTDOWN_TIMEOUT_S + 2) * 1000, `exit took ${exitMs} ms`);
+    assert.ok(exitMs < (SHUTDOWN_TIMEOUT_S + EXIT_SLACK_S) * 1000, `exit took ${exitMs} ms`);
   } finally {
     clearInterval(slowTimer);
     slow.destroy();
