@@ -23,14 +23,6 @@ bool ParseDeviceKind(std::string_view name, DeviceKind* out) {
   return true;
 }
 
-bool CudaBackendBuilt() {
-#if defined(TQ_WITH_CUDA)
-  return true;
-#else
-  return false;
-#endif
-}
-
 bool ResolvesToCuda(DeviceKind kind) {
   if (kind == DeviceKind::kCuda) return true;
 #if defined(TQ_WITH_CUDA)

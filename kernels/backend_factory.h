@@ -16,9 +16,6 @@ enum class DeviceKind : uint8_t { kAuto, kCpu, kCuda };
 /// Parses "auto", "cpu" or "cuda"; false otherwise.
 bool ParseDeviceKind(std::string_view name, DeviceKind* out);
 
-/// True when this binary was built with the CUDA backend.
-bool CudaBackendBuilt();
-
 /// Creates the backend for `kind`: kCpu -> CreateCpuBackend(num_threads);
 /// kCuda -> the CUDA backend on device 0 (throws std::runtime_error naming
 /// --device when the build has no CUDA or no device is present); kAuto -> CUDA

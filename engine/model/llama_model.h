@@ -77,7 +77,6 @@ class LlamaModel {
   /// parallelism each rank's model takes its own. Prefer
   /// ScopedForwardObserver, which removes it on every exit path.
   void SetObserver(ForwardObserver* observer) { observer_ = observer; }
-  using LinearInput = tq::LinearInput;
 
   /// Decode steps from CUDA graphs (docs/cuda.md "CUDA graphs"): batches
   /// where every sequence has one token, at most max_batch sequences and

@@ -47,16 +47,6 @@ struct Slice {
   int64_t out_rows = -1;  // rows of the buffer (>= rows; the rest zero); -1: rows
 };
 
-// The elements [begin, begin + count) of t as a TensorInfo of their own.
-TensorInfo Part(const TensorInfo& t, int64_t begin, int64_t count) {
-  const size_t esize = TensorDtypeBytes(t.dtype);
-  TensorInfo part = t;
-  part.shape = {count};
-  part.data = t.data + static_cast<size_t>(begin) * esize;
-  part.nbytes = static_cast<size_t>(count) * esize;
-  return part;
-}
-
 class Loader {
  public:
   Loader(const std::string& dir, kernels::Backend* backend) : ckpt_(dir), backend_(backend) {}
@@ -86,7 +76,7 @@ class Loader {
     for (int64_t r = 0; r < (whole_rows ? 1 : rows); ++r) {
       const int64_t first = (s.row0 + r) * full_cols + s.col0;
       uint8_t* dst = w.data.as<uint8_t>() + static_cast<size_t>(r * cols) * esize;
-      quant::ConvertTensor(Part(t, first, run), target,
+      quant::ConvertTensor(t.Elements(first, run), target,
                            [&](int64_t begin, int64_t count, const void* bytes) {
                              backend_->CopyToDevice(dst + static_cast<size_t>(begin) * esize, bytes,
                                                     static_cast<size_t>(count) * esize);
@@ -114,7 +104,7 @@ class Loader {
       if (zeros) backend_->CopyToDevice(w.zeros.as<uint16_t>() + r0 * groups, zeros, bytes);
     };
     if (cols == in) {  // whole rows: one contiguous [rows, in] matrix
-      TensorInfo part = Part(t, s.row0 * in, rows * in);
+      TensorInfo part = t.Elements(s.row0 * in, rows * in);
       part.shape = {rows, in};
       quant::QuantizeTensor(part, f, store);
       return w;

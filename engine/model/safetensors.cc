@@ -172,6 +172,15 @@ int64_t TensorInfo::NumElements() const {
   return n;
 }
 
+TensorInfo TensorInfo::Elements(int64_t begin, int64_t count) const {
+  const size_t esize = TensorDtypeBytes(dtype);
+  TensorInfo part = *this;
+  part.shape = {count};
+  part.data = data + static_cast<size_t>(begin) * esize;
+  part.nbytes = static_cast<size_t>(count) * esize;
+  return part;
+}
+
 void TensorInfo::ToFloat(float* out) const {
   const size_t n = static_cast<size_t>(NumElements());
   switch (dtype) {

@@ -33,6 +33,9 @@ struct TensorInfo {
   std::string file;  // path of the file it lives in, for error messages
 
   int64_t NumElements() const;
+  /// Elements [begin, begin + count) in storage order as a 1-D tensor of
+  /// their own (a view of the same bytes; the range must lie inside).
+  TensorInfo Elements(int64_t begin, int64_t count) const;
   /// Converts to fp32 into out[NumElements()] (U8/I8: the integer values).
   void ToFloat(float* out) const;
 };

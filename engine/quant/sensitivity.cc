@@ -11,8 +11,6 @@
 namespace tq::quant {
 namespace {
 
-using LinearInput = LlamaModel::LinearInput;
-
 LinearInput InputOf(const LinearModule& m) {
   if (m.short_name == "self_attn.o_proj") return LinearInput::kAttnOut;
   if (m.short_name == "mlp.down_proj") return LinearInput::kMlpDown;

@@ -33,8 +33,7 @@ class ActivationMoments {
   explicit ActivationMoments(const ModelConfig& config);
 
   /// Adds rows of x [rows, cols] observed at (layer, input).
-  void Add(int32_t layer, LlamaModel::LinearInput input, const float* x, int32_t rows,
-           int32_t cols);
+  void Add(int32_t layer, LinearInput input, const float* x, int32_t rows, int32_t cols);
   /// E[x_i²] of the input that `module` reads ([in_features]); throws
   /// tq::Error when no token was observed.
   std::vector<double> SecondMoments(const LinearModule& module) const;

@@ -24,13 +24,8 @@ void CheckFloatTensor(const TensorInfo& t) {
 
 void ReadFloatRange(const TensorInfo& t, int64_t begin, int64_t count, std::vector<float>* out) {
   CheckFloatTensor(t);
-  const size_t esize = TensorDtypeBytes(t.dtype);
-  TensorInfo part = t;
-  part.shape = {count};
-  part.data = t.data + static_cast<size_t>(begin) * esize;
-  part.nbytes = static_cast<size_t>(count) * esize;
   out->resize(static_cast<size_t>(count));
-  part.ToFloat(out->data());
+  t.Elements(begin, count).ToFloat(out->data());
 }
 
 void ConvertTensor(const TensorInfo& t, kernels::WeightDtype target, const DenseChunkSink& sink) {

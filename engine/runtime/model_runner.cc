@@ -247,7 +247,6 @@ void LlamaModelRunner::ScorePrompt(const ScheduledSequence& s, const SequenceRow
                                    SequenceResult& result) {
   if (rows.num_prompt_rows == 0) return;
   RequestState& state = *rows.state;
-  result.first_prompt_logprob = rows.first_prompt_token;
   const int32_t k = std::max(state.num_logprobs, 0);
   for (int32_t j = 0; j < rows.num_prompt_rows; ++j) {
     const int32_t t = rows.first_prompt_token + j;

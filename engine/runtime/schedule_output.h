@@ -67,10 +67,9 @@ struct ScheduleOutput {
 struct SequenceResult {
   int32_t token = -1;         // sampled token; -1 when the sequence did not sample
   PositionLogprobs logprobs;  // when requested and sampled
-  // Prompt logprobs for prompt tokens [first_prompt_logprob, +size) of this
-  // chunk (when requested): entry j is for prompt token first_prompt_logprob + j.
+  // Prompt logprobs of this chunk's scored prompt tokens, in order (when
+  // requested): the scheduler appends them to the request's list.
   std::vector<PositionLogprobs> prompt_logprobs;
-  int32_t first_prompt_logprob = 0;
 };
 
 struct ModelOutput {

@@ -11,11 +11,11 @@
 #include <unordered_map>
 
 #include "engine/common/error.h"
+#include "engine/structured/code_ranges.h"
+#include "engine/tokenizer/utf8.h"
 
 namespace tq::structured {
 namespace {
-
-constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 
 [[noreturn]] void Fail(const std::string& message) {
   throw Error("grammar: " + message);
@@ -27,56 +27,6 @@ struct Item {
   int32_t arg = 0;  // class index or rule id
 };
 using Sequence = std::vector<Item>;
-
-// Code-point ranges [lo, hi], sorted and disjoint after Normalize.
-using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
-
-Ranges Normalize(Ranges r) {
-  std::sort(r.begin(), r.end());
-  Ranges out;
-  for (const auto& [lo, hi] : r) {
-    if (!out.empty() && lo <= out.back().second + 1) {
-      out.back().second = std::max(out.back().second, hi);
-    } else {
-      out.emplace_back(lo, hi);
-    }
-  }
-  return out;
-}
-
-Ranges Complement(const Ranges& r) {
-  Ranges out;
-  uint32_t next = 0;
-  for (const auto& [lo, hi] : r) {
-    if (lo > next) out.emplace_back(next, lo - 1);
-    next = hi + 1;
-  }
-  if (next <= kMaxCodePoint) out.emplace_back(next, kMaxCodePoint);
-  return out;
-}
-
-int Utf8Encode(uint32_t cp, uint8_t* out) {
-  if (cp < 0x80) {
-    out[0] = static_cast<uint8_t>(cp);
-    return 1;
-  }
-  if (cp < 0x800) {
-    out[0] = static_cast<uint8_t>(0xC0 | (cp >> 6));
-    out[1] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
-    return 2;
-  }
-  if (cp < 0x10000) {
-    out[0] = static_cast<uint8_t>(0xE0 | (cp >> 12));
-    out[1] = static_cast<uint8_t>(0x80 | ((cp >> 6) & 0x3F));
-    out[2] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
-    return 3;
-  }
-  out[0] = static_cast<uint8_t>(0xF0 | (cp >> 18));
-  out[1] = static_cast<uint8_t>(0x80 | ((cp >> 12) & 0x3F));
-  out[2] = static_cast<uint8_t>(0x80 | ((cp >> 6) & 0x3F));
-  out[3] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
-  return 4;
-}
 
 // Splits [lo, hi] (one encoded length, no surrogates) until every piece is a
 // product of byte ranges, then emits the byte-range sequences.
@@ -97,11 +47,13 @@ void SplitUtf8(uint32_t lo, uint32_t hi,
       }
     }
   }
-  uint8_t a[4], b[4];
-  const int n = Utf8Encode(lo, a);
-  Utf8Encode(hi, b);
+  std::string a, b;  // the same length: [lo, hi] is within one encoded length
+  utf8::Append(a, lo);
+  utf8::Append(b, hi);
   std::vector<std::pair<uint8_t, uint8_t>> seq;
-  for (int i = 0; i < n; ++i) seq.emplace_back(a[i], b[i]);
+  for (size_t i = 0; i < a.size(); ++i) {
+    seq.emplace_back(static_cast<uint8_t>(a[i]), static_cast<uint8_t>(b[i]));
+  }
   out->push_back(std::move(seq));
 }
 
@@ -203,7 +155,7 @@ class Parser {
 
   // A code-point set as one item: a byte class when ASCII only, else a rule
   // of UTF-8 sequences (lead bytes with the same continuation merged).
-  Item CodePoints(const Ranges& ranges) {
+  Item CodePoints(const CodeRanges& ranges) {
     std::vector<std::vector<std::pair<uint8_t, uint8_t>>> seqs;
     for (auto [lo, hi] : ranges) {
       // Split at the encoded-length boundaries and around the surrogates.
@@ -309,9 +261,12 @@ class Parser {
         ++pos_;
         break;
       }
-      uint8_t bytes[4];
-      const int n = Utf8Encode(CodePoint(), bytes);
-      for (int i = 0; i < n; ++i) seq.push_back(ByteRange(bytes[i], bytes[i]));
+      std::string bytes;
+      utf8::Append(bytes, CodePoint());
+      for (const char ch : bytes) {
+        const auto byte = static_cast<uint8_t>(ch);
+        seq.push_back(ByteRange(byte, byte));
+      }
     }
     return seq;
   }
@@ -322,7 +277,7 @@ class Parser {
       negate = true;
       ++pos_;
     }
-    Ranges ranges;
+    CodeRanges ranges;
     while (true) {
       if (pos_ >= text_.size()) Fail("unterminated character class");
       if (text_[pos_] == ']') {
@@ -338,8 +293,8 @@ class Parser {
       }
       ranges.emplace_back(lo, hi);
     }
-    ranges = Normalize(std::move(ranges));
-    if (negate) ranges = Complement(ranges);
+    ranges = NormalizeRanges(std::move(ranges));
+    if (negate) ranges = ComplementRanges(ranges);
     return CodePoints(ranges);
   }
 
@@ -356,7 +311,7 @@ class Parser {
     }
     if (c == '.') {
       ++pos_;
-      return {CodePoints(Complement({{'\n', '\n'}}))};
+      return {CodePoints(ComplementRanges({{'\n', '\n'}}))};
     }
     if (c == '(') {
       ++pos_;
@@ -501,7 +456,6 @@ class Parser {
     CheckLeftRecursion();
     Grammar g;
     g.classes = classes_;
-    g.rule_names = names_;
     g.root = root;
     g.rules.resize(rules_.size());
     for (size_t r = 0; r < rules_.size(); ++r) {
@@ -551,6 +505,13 @@ std::string GbnfLiteral(std::string_view text) {
   }
   out += '"';
   return out;
+}
+
+std::string GbnfAlternatives(const std::vector<std::string>& alts) {
+  if (alts.size() == 1) return alts[0];
+  std::string s = "(";
+  for (size_t i = 0; i < alts.size(); ++i) s += (i ? " | " : "") + alts[i];
+  return s + ")";
 }
 
 }  // namespace tq::structured

@@ -31,7 +31,6 @@ struct Grammar {
   std::vector<Element> elements;
   std::vector<ByteSet> classes;
   std::vector<std::vector<int32_t>> rules;  // rule -> alternative start positions
-  std::vector<std::string> rule_names;
   int32_t root = 0;
 };
 
@@ -54,5 +53,8 @@ Grammar ParseGrammar(std::string_view text);
 /// The GBNF literal for UTF-8 `text` (quotes included): ", \\ and control
 /// characters escaped, everything else as is.
 std::string GbnfLiteral(std::string_view text);
+/// The grammar expression that matches any one of `alts` (grammar
+/// expressions, at least one): the one alternative itself, else "(a | b | ...)".
+std::string GbnfAlternatives(const std::vector<std::string>& alts);
 
 }  // namespace tq::structured

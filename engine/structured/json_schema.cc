@@ -73,13 +73,6 @@ class SchemaCompiler {
     return name;
   }
 
-  static std::string Alternatives(const std::vector<std::string>& alts) {
-    if (alts.size() == 1) return alts[0];
-    std::string s = "(";
-    for (size_t i = 0; i < alts.size(); ++i) s += (i ? " | " : "") + alts[i];
-    return s + ")";
-  }
-
   // The rule body of `schema` at `path` (for messages).
   std::string Rule(const json& schema, const std::string& path, int depth) {
     if (depth > 64) Unsupported("schema", "nested too deeply at " + path);
@@ -110,7 +103,7 @@ class SchemaCompiler {
       if (!it->is_array() || it->empty()) Unsupported("enum", "enum must be a non-empty list");
       std::vector<std::string> alts;
       for (const json& v : *it) alts.push_back(GbnfLiteral(v.dump()));
-      return Alternatives(alts);
+      return GbnfAlternatives(alts);
     }
     for (const char* key : {"anyOf", "oneOf"}) {
       if (const auto it = schema.find(key); it != schema.end()) {
@@ -120,7 +113,7 @@ class SchemaCompiler {
           alts.push_back(
               NewRule(Rule((*it)[i], path + "/" + key + "/" + std::to_string(i), depth + 1)));
         }
-        return Alternatives(alts);
+        return GbnfAlternatives(alts);
       }
     }
     if (const auto it = schema.find("allOf"); it != schema.end()) {
@@ -158,7 +151,7 @@ class SchemaCompiler {
     }
     std::vector<std::string> alts;
     for (const std::string& t : types) alts.push_back(Typed(schema, t, path, depth));
-    return Alternatives(alts);
+    return GbnfAlternatives(alts);
   }
 
   static bool OnlyAnnotationsBesides(const json& schema, const std::string& key) {

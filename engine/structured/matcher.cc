@@ -79,10 +79,6 @@ bool ByteMatcher::CanEnd() const {
   return !stacks_.empty() && stacks_.front().empty();  // sorted: the empty stack first
 }
 
-bool ByteMatcher::CanContinue() const {
-  return !stacks_.empty() && !stacks_.back().empty();
-}
-
 bool ByteMatcher::Accepts(std::string_view bytes) const {
   ByteMatcher copy(grammar_, stacks_);
   return copy.AdvanceAll(bytes);

@@ -34,8 +34,6 @@ class ByteMatcher {
   bool AdvanceAll(std::string_view bytes);
   /// Whether the input so far is a complete sentence of the grammar.
   bool CanEnd() const;
-  /// Whether some continuation byte exists.
-  bool CanContinue() const;
   /// Whether `bytes` would be accepted from here (state unchanged).
   bool Accepts(std::string_view bytes) const;
   /// Whether the input so far plus `bytes` is a complete sentence.

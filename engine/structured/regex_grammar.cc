@@ -7,53 +7,26 @@
 #include <utility>
 #include <vector>
 
+#include "engine/structured/code_ranges.h"
 #include "engine/structured/grammar.h"
 #include "engine/structured/json_schema.h"
 
 namespace tq::structured {
 namespace {
 
-using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
-constexpr uint32_t kMaxCp = 0x10FFFF;
-
 [[noreturn]] void Unsupported(const std::string& what, const std::string& why) {
   throw UnsupportedConstraint(what, "regex: " + why);
 }
 
-Ranges Norm(Ranges r) {
-  std::sort(r.begin(), r.end());
-  Ranges out;
-  for (const auto& [lo, hi] : r) {
-    if (!out.empty() && lo <= out.back().second + 1) {
-      out.back().second = std::max(out.back().second, hi);
-    } else {
-      out.emplace_back(lo, hi);
-    }
-  }
-  return out;
-}
-
-Ranges Invert(const Ranges& r, uint32_t max) {
-  Ranges out;
-  uint32_t next = 0;
-  for (const auto& [lo, hi] : r) {
-    if (lo > max) break;
-    if (lo > next) out.emplace_back(next, lo - 1);
-    next = hi + 1;
-  }
-  if (next <= max) out.emplace_back(next, max);
-  return out;
-}
-
-Ranges Intersect(const Ranges& a, const Ranges& b) {
-  Ranges out;
+CodeRanges Intersect(const CodeRanges& a, const CodeRanges& b) {
+  CodeRanges out;
   for (const auto& [alo, ahi] : a) {
     for (const auto& [blo, bhi] : b) {
       const uint32_t lo = std::max(alo, blo), hi = std::min(ahi, bhi);
       if (lo <= hi) out.emplace_back(lo, hi);
     }
   }
-  return Norm(out);
+  return NormalizeRanges(out);
 }
 
 std::string Hex8(uint32_t cp) {
@@ -63,7 +36,7 @@ std::string Hex8(uint32_t cp) {
   return s;
 }
 
-std::string ClassText(const Ranges& r) {
+std::string ClassText(const CodeRanges& r) {
   std::string s = "[";
   for (const auto& [lo, hi] : r) {
     s += Hex8(lo);
@@ -72,10 +45,10 @@ std::string ClassText(const Ranges& r) {
   return s + "]";
 }
 
-const Ranges kDigit = {{'0', '9'}};
-const Ranges kWord = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
-const Ranges kSpace = {{'\t', '\r'}, {' ', ' '}};
-const Ranges kAscii = {{0, 0x7F}};
+const CodeRanges kDigit = {{'0', '9'}};
+const CodeRanges kWord = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
+const CodeRanges kSpace = {{'\t', '\r'}, {' ', ' '}};
+const CodeRanges kAscii = {{0, 0x7F}};
 
 class RegexParser {
  public:
@@ -99,10 +72,7 @@ class RegexParser {
       ++pos_;
       alts.push_back(Concat(depth));
     }
-    if (alts.size() == 1) return alts[0];
-    std::string s = "(";
-    for (size_t i = 0; i < alts.size(); ++i) s += (i ? " | " : "") + alts[i];
-    return s + ")";
+    return GbnfAlternatives(alts);
   }
 
   std::string Concat(int depth) {
@@ -192,7 +162,7 @@ class RegexParser {
 
   // After a backslash: a set (for shorthand classes) or a single code point.
   // `negated_shorthand` tells a negated shorthand, which is limited to ASCII.
-  Ranges Escape() {
+  CodeRanges Escape() {
     if (!More()) Unsupported("pattern", "trailing backslash");
     const char e = p_[pos_++];
     switch (e) {
@@ -203,11 +173,11 @@ class RegexParser {
       case 's':
         return kSpace;
       case 'D':
-        return Invert(kDigit, 0x7F);
+        return ComplementRanges(kDigit, 0x7F);
       case 'W':
-        return Invert(kWord, 0x7F);
+        return ComplementRanges(kWord, 0x7F);
       case 'S':
-        return Invert(kSpace, 0x7F);
+        return ComplementRanges(kSpace, 0x7F);
       case 'n':
         return {{'\n', '\n'}};
       case 't':
@@ -238,13 +208,13 @@ class RegexParser {
     return {{cp, cp}};
   }
 
-  Ranges ClassSet() {
+  CodeRanges ClassSet() {
     bool negate = false;
     if (More() && p_[pos_] == '^') {
       negate = true;
       ++pos_;
     }
-    Ranges r;
+    CodeRanges r;
     bool shorthand = false;
     bool first = true;
     while (true) {
@@ -257,7 +227,7 @@ class RegexParser {
       if (p_[pos_] == '[' && pos_ + 1 < p_.size() && p_[pos_ + 1] == ':') {
         Unsupported("pattern", "POSIX classes are not supported");
       }
-      Ranges lo_set;
+      CodeRanges lo_set;
       if (p_[pos_] == '\\') {
         ++pos_;
         const char e = More() ? p_[pos_] : 0;
@@ -270,7 +240,7 @@ class RegexParser {
       if (lo_set.size() == 1 && lo_set[0].first == lo_set[0].second && pos_ + 1 < p_.size() &&
           p_[pos_] == '-' && p_[pos_ + 1] != ']') {
         ++pos_;
-        Ranges hi_set;
+        CodeRanges hi_set;
         if (p_[pos_] == '\\') {
           ++pos_;
           hi_set = Escape();
@@ -287,19 +257,20 @@ class RegexParser {
         r.insert(r.end(), lo_set.begin(), lo_set.end());
       }
     }
-    r = Norm(r);
+    r = NormalizeRanges(r);
     // A negated class with a shorthand would exclude Unicode members the
     // ASCII shorthand misses: stay within ASCII there.
-    if (negate) r = Invert(r, shorthand ? 0x7F : kMaxCp);
+    if (negate) r = ComplementRanges(r, shorthand ? 0x7F : kMaxCodePoint);
     return r;
   }
 
   // A character set as grammar text (JSON-escaped inside a JSON string).
-  std::string SetText(const Ranges& set) {
+  std::string SetText(const CodeRanges& set) {
     if (set.empty()) Unsupported("pattern", "empty character class");
     if (!json_) return ClassText(set);
     // Plain members, plus the escaped form of " \ and control characters.
-    const Ranges plain = Intersect(set, Invert({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}, kMaxCp));
+    const CodeRanges plain =
+        Intersect(set, ComplementRanges({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}));
     std::vector<std::string> alts;
     if (!plain.empty()) alts.push_back(ClassText(plain));
     for (const auto& [lo, hi] : set) {
@@ -307,10 +278,7 @@ class RegexParser {
         if (c < 0x20 || c == '"' || c == '\\') alts.push_back(GbnfLiteral(JsonEscape(c)));
       }
     }
-    if (alts.size() == 1) return alts[0];
-    std::string s = "(";
-    for (size_t i = 0; i < alts.size(); ++i) s += (i ? " | " : "") + alts[i];
-    return s + ")";
+    return GbnfAlternatives(alts);
   }
 
   static std::string JsonEscape(uint32_t c) {
@@ -364,7 +332,7 @@ class RegexParser {
     }
     if (c == '.') {
       ++pos_;
-      return SetText(Invert({{'\n', '\n'}}, kMaxCp));
+      return SetText(ComplementRanges({{'\n', '\n'}}));
     }
     if (c == '\\') {
       ++pos_;

@@ -1,4 +1,5 @@
-// UTF-8 helpers of the tokenizer.json pipeline (engine/tokenizer/hf_*).
+// UTF-8 helpers of the tokenizer.json pipeline (engine/tokenizer/hf_*), also
+// used by the grammars, the Jinja lexer and gRPC's string field check.
 #pragma once
 
 #include <cstdint>

@@ -28,6 +28,20 @@ bool IsPowerOfTwo(int32_t n) {
 // Small inputs avoid the heap for the aliased dense case.
 constexpr int32_t kStackDim = 256;
 
+// The input of a dense product out = M in over d floats: `in` itself, or a
+// copy of it (in `stack` when d <= kStackDim, else in `heap`) when it is `out`.
+const float* Unaliased(const float* in, const float* out, int32_t d, float* stack,
+                       std::vector<float>& heap) {
+  if (in != out) return in;
+  float* copy = stack;
+  if (d > kStackDim) {
+    heap.resize(d);
+    copy = heap.data();
+  }
+  std::memcpy(copy, in, sizeof(float) * d);
+  return copy;
+}
+
 }  // namespace
 
 Rotation::Rotation(int32_t head_dim, uint64_t seed)
@@ -92,16 +106,7 @@ void Rotation::Forward(const float* x, float* y) const {
   }
   float stack[kStackDim];
   std::vector<float> heap;
-  const float* in = x;
-  if (x == y) {
-    float* copy = stack;
-    if (d > kStackDim) {
-      heap.resize(d);
-      copy = heap.data();
-    }
-    std::memcpy(copy, x, sizeof(float) * d);
-    in = copy;
-  }
+  const float* in = Unaliased(x, y, d, stack, heap);
   for (int32_t i = 0; i < d; ++i) {
     const float* row = &dense_[static_cast<size_t>(i) * d];
     double acc = 0.0;
@@ -120,16 +125,7 @@ void Rotation::Inverse(const float* y, float* x) const {
   }
   float stack[kStackDim];
   std::vector<float> heap;
-  const float* in = y;
-  if (x == y) {
-    float* copy = stack;
-    if (d > kStackDim) {
-      heap.resize(d);
-      copy = heap.data();
-    }
-    std::memcpy(copy, y, sizeof(float) * d);
-    in = copy;
-  }
+  const float* in = Unaliased(y, x, d, stack, heap);
   // x = R^T y: accumulate rows of R scaled by y_i (column access of R^T).
   for (int32_t j = 0; j < d; ++j) x[j] = 0.0f;
   for (int32_t i = 0; i < d; ++i) {

@@ -41,7 +41,7 @@ SamplingParams ReadSampling(const tqserve::v1::SamplingParameters& s,
 
 // The prompt's token ids and the name of the field they came from.
 std::vector<int32_t> ReadPrompt(const tqserve::v1::GenerateRequest& request,
-                                const ModelLimits& limits, const Tokenizer& tokenizer,
+                                const guard::ModelLimits& limits, const Tokenizer& tokenizer,
                                 std::string* field) {
   using Request = tqserve::v1::GenerateRequest;
   switch (request.input_case()) {
@@ -68,14 +68,15 @@ std::vector<int32_t> ReadPrompt(const tqserve::v1::GenerateRequest& request,
 
 }  // namespace
 
-void CheckPromptText(const std::string& text, const ModelLimits& limits, const std::string& field) {
+void CheckPromptText(const std::string& text, const guard::ModelLimits& limits,
+                     const std::string& field) {
   if (auto refusal =
           guard::CheckPromptBytes(text, limits.max_prompt_bytes, limits.max_model_len, field)) {
     throw Refused(field, *refusal);
   }
 }
 
-void CheckModel(const std::string& model, const ModelLimits& limits) {
+void CheckModel(const std::string& model, const guard::ModelLimits& limits) {
   if (!model.empty() && model != limits.served_model_name) throw ModelNotFound(model);
 }
 
@@ -89,7 +90,7 @@ void CheckTokenIds(std::span<const int32_t> ids, int32_t vocab_size, const std::
 }
 
 GenerateParams ParseGenerateRequest(const tqserve::v1::GenerateRequest& request,
-                                    const ModelLimits& limits, const Tokenizer& tokenizer) {
+                                    const guard::ModelLimits& limits, const Tokenizer& tokenizer) {
   CheckModel(request.model(), limits);
   const tqserve::v1::SamplingParameters& s = request.sampling();
   GenerateParams out;

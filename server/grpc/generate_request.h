@@ -9,24 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/model_config.h"
 #include "engine/runtime/request.h"
 #include "engine/structured/grammar_cache.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "server/guard/request_limits.h"
 #include "tqserve/v1/generation.pb.h"
 
 namespace tq::grpc_api {
-
-/// What request validation needs to know about the served model. Plain values
-/// so that parsing is testable without a loaded engine.
-struct ModelLimits {
-  std::string served_model_name;  // a request's `model` must be "" or this
-  int32_t max_model_len = 0;      // tokens (prompt + output)
-  int32_t vocab_size = 0;         // token ids must be in [0, vocab_size)
-  GenerationDefaults defaults;    // generation_config.json (unset sampling fields)
-  int64_t max_prompt_bytes = 0;   // guard::MaxPromptBytes (0 = no byte bound)
-  int32_t max_logprobs = 20;      // --max-logprobs
-};
 
 /// Limits and defaults shared with the HTTP API (docs/api.md, docs/grpc.md).
 inline constexpr int32_t kDefaultMaxTokens = 16;  // OpenAI's and vLLM's completions default
@@ -39,7 +28,7 @@ struct GenerateParams {
 };
 
 /// Throws ModelNotFound (NOT_FOUND) unless `model` is "" or the served name.
-void CheckModel(const std::string& model, const ModelLimits& limits);
+void CheckModel(const std::string& model, const guard::ModelLimits& limits);
 
 /// Throws InvalidArgument naming `field` ("token_ids.ids[3] must be in [0,
 /// 512), got 9999") when an id is outside [0, vocab_size).
@@ -47,7 +36,8 @@ void CheckTokenIds(std::span<const int32_t> ids, int32_t vocab_size, const std::
 
 /// Throws INVALID_ARGUMENT (with the refusal's reason) for a text of more
 /// than limits.max_prompt_bytes (guard::CheckPromptBytes): it cannot fit.
-void CheckPromptText(const std::string& text, const ModelLimits& limits, const std::string& field);
+void CheckPromptText(const std::string& text, const guard::ModelLimits& limits,
+                     const std::string& field);
 
 /// Validates `request` and tokenizes its prompt (text with BOS unless
 /// add_special_tokens is false; token ids as they are). Unset sampling fields
@@ -57,7 +47,7 @@ void CheckPromptText(const std::string& text, const ModelLimits& limits, const s
 /// path first ("text", "token_ids.ids[2]", "sampling.top_p", ...) for empty
 /// input, out-of-range values or a prompt too long.
 GenerateParams ParseGenerateRequest(const tqserve::v1::GenerateRequest& request,
-                                    const ModelLimits& limits, const Tokenizer& tokenizer);
+                                    const guard::ModelLimits& limits, const Tokenizer& tokenizer);
 
 /// Compiles `request.sampling.structured_output` (when set) through `cache`
 /// into sampling.grammar; a non-empty kind is required. Throws RpcError

@@ -90,12 +90,7 @@ GenerationServiceImpl::GenerationServiceImpl(GrpcOptions options, ServerMetrics*
     : options_(std::move(options)), metrics_(metrics) {}
 
 void GenerationServiceImpl::SetEngine(Engine* engine) {
-  limits_.served_model_name = options_.served_model_name;
-  limits_.max_model_len = engine->info().max_model_len;
-  limits_.vocab_size = engine->info().vocab_size;
-  limits_.defaults = engine->files().generation;
-  limits_.max_prompt_bytes = guard::MaxPromptBytes(engine->tokenizer(), limits_.max_model_len);
-  limits_.max_logprobs = engine->info().max_logprobs;
+  limits_ = guard::ServedModelLimits(*engine, options_.served_model_name);
   created_unix_s_ = std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch())
                         .count();

@@ -116,7 +116,7 @@ class GenerationServiceImpl final : public detail::RawCallbackService {
   const GrpcOptions options_;
   ServerMetrics* const metrics_;
   std::atomic<Engine*> engine_{nullptr};
-  ModelLimits limits_;          // set before engine_ is published
+  guard::ModelLimits limits_;   // set before engine_ is published
   int64_t created_unix_s_ = 0;  // when SetEngine ran (ModelCard.created)
   std::atomic<bool> draining_{false};
   mutable std::mutex mu_;

@@ -7,6 +7,7 @@
 
 #include <vector>
 
+#include "engine/tokenizer/utf8.h"
 #include "server/grpc/grpc_status.h"
 
 namespace tq::grpc_api {
@@ -15,38 +16,6 @@ namespace {
 namespace gp = google::protobuf;
 using gp::io::CodedInputStream;
 using WireType = gp::internal::WireFormatLite::WireType;
-
-// Whether `s` is valid UTF-8 (no overlongs, surrogates or code points past
-// U+10FFFF: what proto3 requires of a string field).
-bool ValidUtf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t n = 0;
-    uint32_t cp = 0, min = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xE0) == 0xC0) {
-      n = 1, cp = c & 0x1F, min = 0x80;
-    } else if ((c & 0xF0) == 0xE0) {
-      n = 2, cp = c & 0x0F, min = 0x800;
-    } else if ((c & 0xF8) == 0xF0) {
-      n = 3, cp = c & 0x07, min = 0x10000;
-    } else {
-      return false;
-    }
-    if (i + n >= s.size()) return false;  // truncated character
-    for (size_t k = 1; k <= n; ++k) {
-      const auto b = static_cast<unsigned char>(s[i + k]);
-      if ((b & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (b & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += n + 1;
-  }
-  return true;
-}
 
 // A repeated varint field (int32, bool, enum, ...): its wire type 2 form
 // is a packed run of varints, each checked.
@@ -137,7 +106,7 @@ std::string Walk(std::string_view bytes, CodedInputStream& in, const gp::Descrip
         } else if (text) {
           std::string value;
           in.ReadString(&value, static_cast<int>(length));
-          if (!ValidUtf8(value)) return fault("string is not valid UTF-8");
+          if (!utf8::Valid(value)) return fault("string is not valid UTF-8");
         } else {
           in.Skip(static_cast<int>(length));
         }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "engine/runtime/engine.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace tq::guard {
@@ -34,6 +35,17 @@ size_t CountPromptBytes(std::string_view text) {
     in_space_run = space;
   }
   return bytes;
+}
+
+ModelLimits ServedModelLimits(const Engine& engine, const std::string& served_model_name) {
+  ModelLimits m;
+  m.served_model_name = served_model_name;
+  m.max_model_len = engine.info().max_model_len;
+  m.vocab_size = engine.info().vocab_size;
+  m.defaults = engine.files().generation;
+  m.max_prompt_bytes = MaxPromptBytes(engine.tokenizer(), m.max_model_len);
+  m.max_logprobs = engine.info().max_logprobs;
+  return m;
 }
 
 int64_t MaxPromptBytes(const Tokenizer& tokenizer, int32_t max_model_len) {

@@ -12,9 +12,12 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/model/model_config.h"
+
 namespace tq {
+class Engine;
 class Tokenizer;
-}
+}  // namespace tq
 
 namespace tq::guard {
 
@@ -26,6 +29,21 @@ struct Refusal {
   std::string param;
   std::string message;
 };
+
+/// What request validation (HTTP and gRPC) needs to know about the served
+/// model. Plain values so that parsing is testable without a loaded engine.
+struct ModelLimits {
+  std::string served_model_name;  // a request's model must be this (gRPC: or "")
+  int32_t max_model_len = 0;      // tokens (prompt + output)
+  int32_t vocab_size = 0;         // token ids must be in [0, vocab_size)
+  GenerationDefaults defaults;    // generation_config.json (vLLM's --generation-config auto)
+  int64_t max_prompt_bytes = 0;   // MaxPromptBytes (0 = no byte bound)
+  int32_t max_logprobs = 20;      // --max-logprobs (vLLM's name and default)
+};
+
+/// The limits of `engine`'s model served as `served_model_name`. Scans the
+/// vocabulary once (MaxPromptBytes): call when the engine is set.
+ModelLimits ServedModelLimits(const Engine& engine, const std::string& served_model_name);
 
 /// Limits we choose (docs/api.md "Limits").
 inline constexpr size_t kMaxStopStrings = 64;        // OpenAI: 4; vLLM: unlimited

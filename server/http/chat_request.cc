@@ -137,7 +137,7 @@ std::vector<ChatMessage> ParseChatMessages(const json& body) {
   return out;
 }
 
-ChatRequest ParseChatRequest(const json& body, const ModelContext& ctx) {
+ChatRequest ParseChatRequest(const json& body, const guard::ModelLimits& ctx) {
   ChatRequest r;
   r.params = ParseGenerationParams(body, ctx, /*default_max_tokens=*/std::nullopt);
   r.messages = ParseChatMessages(body);

@@ -23,7 +23,7 @@ struct ChatRequest {
 };
 
 /// Parses `body`. Throws ApiException (400 with param).
-ChatRequest ParseChatRequest(const nlohmann::json& body, const ModelContext& ctx);
+ChatRequest ParseChatRequest(const nlohmann::json& body, const guard::ModelLimits& ctx);
 
 /// The `messages` member of `body` (also /tokenize's): a non-empty list of
 /// {"role": "system"|"developer"|"user"|"assistant"|"tool", "content": string

@@ -25,7 +25,7 @@ std::vector<int32_t> IdList(const json& list, int32_t vocab_size, const std::str
 }
 
 // OpenAI's four prompt forms; a list is classified by its first element.
-std::vector<PromptInput> ParsePrompts(const json& body, const ModelContext& ctx) {
+std::vector<PromptInput> ParsePrompts(const json& body, const guard::ModelLimits& ctx) {
   const int32_t vocab_size = ctx.vocab_size;
   const json* prompt = FindField(body, "prompt");
   if (prompt == nullptr) PromptError("'prompt' is required");
@@ -62,7 +62,7 @@ std::vector<PromptInput> ParsePrompts(const json& body, const ModelContext& ctx)
 
 }  // namespace
 
-CompletionRequest ParseCompletionRequest(const json& body, const ModelContext& ctx) {
+CompletionRequest ParseCompletionRequest(const json& body, const guard::ModelLimits& ctx) {
   CompletionRequest r;
   r.params = ParseGenerationParams(body, ctx, /*default_max_tokens=*/16);
   RejectChatOnlyFields(body);

@@ -31,7 +31,7 @@ struct CompletionRequest {
 /// Parses `body`. `prompt` may be a string, a list of strings, a list of
 /// token ids or a list of lists of token ids (ids in [0, vocab_size)); empty
 /// lists are rejected. Throws ApiException (400 with param).
-CompletionRequest ParseCompletionRequest(const nlohmann::json& body, const ModelContext& ctx);
+CompletionRequest ParseCompletionRequest(const nlohmann::json& body, const guard::ModelLimits& ctx);
 
 /// The token ids of prompt `prompt`: text is encoded with add_special (BOS).
 std::vector<int32_t> PromptIds(const PromptInput& prompt, const Tokenizer& tokenizer);

@@ -39,6 +39,15 @@ std::string ErrorBody(int status, const std::string& message) {
   return DumpJson(ErrorJson(error));
 }
 
+// A read that failed because the connection ended or failed (closed
+// cleanly or not, reset, cancelled, any TLS error): closed without an answer.
+bool ConnectionEnded(const beast::error_code& ec) {
+  return ec == bhttp::error::end_of_stream || ec == asio::error::operation_aborted ||
+         ec == asio::error::eof || ec == asio::error::connection_reset ||
+         ec == asio::ssl::error::stream_truncated ||
+         ec.category() == asio::error::get_ssl_category();
+}
+
 // The head alone (no body), for the request guards.
 template <typename Fields>
 HttpRequest HeadOf(const bhttp::request_header<Fields>& head) {
@@ -270,10 +279,7 @@ void Connection::ReadHeader() {
 void Connection::OnHeader(beast::error_code ec) {
   if (state_ == State::kClosed) return;
   if (ec) {
-    if (ec == bhttp::error::end_of_stream || ec == asio::error::operation_aborted ||
-        ec == asio::error::eof || ec == asio::error::connection_reset ||
-        ec == asio::ssl::error::stream_truncated ||
-        ec.category() == asio::error::get_ssl_category()) {
+    if (ConnectionEnded(ec)) {
       Close();
     } else if (ec == bhttp::error::header_limit) {
       RefuseAndClose(431, "request headers too large");
@@ -333,10 +339,7 @@ void Connection::OnBody(beast::error_code ec) {
   if (ec) {
     if (ec == bhttp::error::body_limit) {
       RefuseAndClose(413, "request body too large");
-    } else if (ec == bhttp::error::end_of_stream || ec == asio::error::operation_aborted ||
-               ec == asio::error::eof || ec == asio::error::connection_reset ||
-               ec == asio::ssl::error::stream_truncated ||
-               ec.category() == asio::error::get_ssl_category()) {
+    } else if (ConnectionEnded(ec)) {
       Close();
     } else {
       RefuseAndClose(400, "malformed HTTP request body: " + ec.message());

@@ -30,7 +30,7 @@ void RejectUnsupported(const json& body) {
 
 }  // namespace
 
-GenerationParams ParseGenerationParams(const json& body, const ModelContext& ctx,
+GenerationParams ParseGenerationParams(const json& body, const guard::ModelLimits& ctx,
                                        std::optional<int32_t> default_max_tokens) {
   if (!body.is_object()) {
     throw ApiException(
@@ -116,7 +116,8 @@ void CheckModelName(const json& body, const std::string& served_name) {
   }
 }
 
-void CheckPromptText(std::string_view text, const ModelContext& ctx, const std::string& param) {
+void CheckPromptText(std::string_view text, const guard::ModelLimits& ctx,
+                     const std::string& param) {
   if (auto refusal =
           guard::CheckPromptBytes(text, ctx.max_prompt_bytes, ctx.max_model_len, param)) {
     throw Refused(*refusal);

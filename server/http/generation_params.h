@@ -7,22 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/model_config.h"
 #include "engine/sampling/sampling_params.h"
+#include "server/guard/request_limits.h"
 #include "server/http/structured_request.h"
 
 namespace tq::http {
-
-/// What request validation needs to know about the served model. Plain
-/// values so that parsing is testable without a loaded engine.
-struct ModelContext {
-  std::string served_model_name;  // a request's "model" must equal it
-  int32_t max_model_len = 0;      // tokens (prompt + output)
-  int32_t vocab_size = 0;         // token ids must be in [0, vocab_size)
-  GenerationDefaults defaults;    // generation_config.json (vLLM's --generation-config auto)
-  int64_t max_prompt_bytes = 0;   // guard::MaxPromptBytes (0 = no byte bound)
-  int32_t max_logprobs = 20;      // --max-logprobs (vLLM's name and default)
-};
 
 /// Limits we choose where OpenAI and vLLM differ (docs/api.md).
 inline constexpr int32_t kMaxN = 128;             // choices per prompt
@@ -52,7 +41,7 @@ struct GenerationParams {
 /// completions as OpenAI; nullopt for chat: up to max_model_len). Unset
 /// sampling fields take ctx.defaults (temperature, top_p, top_k,
 /// repetition_penalty), then OpenAI's. Throws ApiException (400, with param).
-GenerationParams ParseGenerationParams(const nlohmann::json& body, const ModelContext& ctx,
+GenerationParams ParseGenerationParams(const nlohmann::json& body, const guard::ModelLimits& ctx,
                                        std::optional<int32_t> default_max_tokens);
 
 /// 404 model_not_found (OpenAI's and vLLM's status) unless body["model"] is absent, null or
@@ -63,7 +52,8 @@ void CheckModelName(const nlohmann::json& body, const std::string& served_name);
 /// "prompt_too_long") for a prompt text that cannot fit max_model_len tokens
 /// (guard::CheckPromptBytes), before it is tokenized. `param`: "prompt",
 /// "messages".
-void CheckPromptText(std::string_view text, const ModelContext& ctx, const std::string& param);
+void CheckPromptText(std::string_view text, const guard::ModelLimits& ctx,
+                     const std::string& param);
 
 /// Throws ApiException 400 (reason "logprobs_volume") when the choices'
 /// max_tokens summed (`output_tokens`) x (1 + num_logprobs) is over

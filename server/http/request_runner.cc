@@ -23,7 +23,7 @@ std::vector<EngineRequest> Requests(const std::vector<ChoiceSpec>& specs) {
 
 }  // namespace
 
-RequestRunner::RequestRunner(EngineCalls engine, const Tokenizer& tokenizer,
+RequestRunner::RequestRunner(SessionEngine engine, const Tokenizer& tokenizer,
                              std::vector<ChoiceSpec> choices, std::vector<std::string> stop,
                              bool want_logprobs)
     : tokenizer_(tokenizer),

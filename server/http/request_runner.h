@@ -19,9 +19,6 @@
 
 namespace tq::http {
 
-/// How a runner reaches the engine (see SessionEngine).
-using EngineCalls = SessionEngine;
-
 /// One choice to generate.
 struct ChoiceSpec {
   int32_t index = 0;         // OpenAI choices[].index (prompt_index * n + i)
@@ -44,7 +41,7 @@ class RequestRunner {
  public:
   /// `want_logprobs`: fill ChoiceDelta::logprobs (the requests' num_logprobs
   /// must be >= 0 then). `tokenizer` must outlive the runner.
-  RequestRunner(EngineCalls engine, const Tokenizer& tokenizer, std::vector<ChoiceSpec> choices,
+  RequestRunner(SessionEngine engine, const Tokenizer& tokenizer, std::vector<ChoiceSpec> choices,
                 std::vector<std::string> stop, bool want_logprobs);
   RequestRunner(const RequestRunner&) = delete;
   RequestRunner& operator=(const RequestRunner&) = delete;

@@ -7,12 +7,7 @@
 namespace tq::http {
 
 void ServerState::SetEngine(Engine* engine) {
-  model_.served_model_name = options_.served_model_name;
-  model_.max_model_len = engine->info().max_model_len;
-  model_.vocab_size = engine->info().vocab_size;
-  model_.defaults = engine->files().generation;
-  model_.max_prompt_bytes = guard::MaxPromptBytes(engine->tokenizer(), model_.max_model_len);
-  model_.max_logprobs = engine->info().max_logprobs;
+  model_ = guard::ServedModelLimits(*engine, options_.served_model_name);
   chat_template_ = std::make_unique<ChatTemplate>(engine->files(), engine->tokenizer());
   engine_.store(engine, std::memory_order_release);
 }

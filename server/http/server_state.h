@@ -64,7 +64,7 @@ class ServerState {
   /// The engine for an API call; throws ApiException 503 while loading or draining.
   Engine& ReadyEngine() const;
   /// The served model's limits and defaults; valid once engine() is non-null.
-  const ModelContext& model() const { return model_; }
+  const guard::ModelLimits& model() const { return model_; }
   /// The model's chat template (or the fallback); valid once engine() is non-null.
   const ChatTemplate& chat_template() const { return *chat_template_; }
 
@@ -96,7 +96,7 @@ class ServerState {
   const HttpOptions options_;
   ServerMetrics* const metrics_;
   std::atomic<Engine*> engine_{nullptr};
-  ModelContext model_;
+  guard::ModelLimits model_;
   std::unique_ptr<ChatTemplate> chat_template_;
   std::atomic<bool> draining_{false};
   mutable std::mutex mu_;

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "engine/common/error.h"
+#include "engine/tokenizer/utf8.h"
 #include "server/text/jinja_strings.h"
 
 namespace tq::jinja {
@@ -74,15 +75,15 @@ std::string DecodeEscapes(std::string_view raw, int line) {
         out += '\v';
         break;
       case 'x':
-        AppendUtf8(hex(2), out);
+        utf8::Append(out, hex(2));
         break;
       case 'u':
-        AppendUtf8(hex(4), out);
+        utf8::Append(out, hex(4));
         break;
       case 'U': {
         const char32_t cp = hex(8);
         if (cp > 0x10FFFF) Fail(line, "illegal Unicode character in string literal");
-        AppendUtf8(cp, out);
+        utf8::Append(out, cp);
         break;
       }
       default:
@@ -92,7 +93,7 @@ std::string DecodeEscapes(std::string_view raw, int line) {
                ++k) {
             cp = cp * 8 + static_cast<char32_t>(raw[++i] - '0');
           }
-          AppendUtf8(cp, out);
+          utf8::Append(out, cp);
         } else {
           out += '\\';
           out += e;

@@ -1,7 +1,6 @@
 // Python str methods on UTF-8 (see jinja_strings.h).
 #include "server/text/jinja_strings.h"
 
-#include "engine/tokenizer/utf8.h"
 #include "server/text/jinja_value.h"
 
 namespace tq::jinja {
@@ -30,10 +29,6 @@ char32_t NextCodePoint(std::string_view s, size_t& i) {
   }
   i += len;
   return cp;
-}
-
-void AppendUtf8(char32_t cp, std::string& out) {
-  utf8::Append(out, cp);  // the one UTF-8 encoder (engine/tokenizer/utf8.h)
 }
 
 size_t CodePointCount(std::string_view s) {

@@ -13,8 +13,6 @@ namespace tq::jinja {
 /// Decodes the code point at s[i] and advances i past it. An invalid byte
 /// decodes as itself (one byte), so every input is consumed.
 char32_t NextCodePoint(std::string_view s, size_t& i);
-/// Appends the UTF-8 encoding of `cp`.
-void AppendUtf8(char32_t cp, std::string& out);
 /// Number of code points (Python len()).
 size_t CodePointCount(std::string_view s);
 /// Byte offset of every code point of `s`, plus s.size() at the end.

@@ -257,20 +257,6 @@ ToolCallFormat ToolCallFormatForTemplate(std::string_view source) {
   return ToolCallFormat::kNone;
 }
 
-std::string_view ToolCallFormatName(ToolCallFormat format) {
-  switch (format) {
-    case ToolCallFormat::kHermes:
-      return "hermes";
-    case ToolCallFormat::kLlama3Json:
-      return "llama3_json";
-    case ToolCallFormat::kMistral:
-      return "mistral";
-    case ToolCallFormat::kNone:
-      break;
-  }
-  return "none";
-}
-
 ParsedToolOutput ParseToolCalls(ToolCallFormat format, std::string_view text) {
   ParsedToolOutput out;
   const size_t start = CallStart(format, text);

@@ -33,9 +33,6 @@ ToolCallFormat ToolCallFormatForTemplate(std::string_view template_source);
 /// transformers apply_chat_template convention).
 bool TemplateUsesTools(std::string_view template_source);
 
-/// "hermes", "llama3_json", "mistral" or "none" (logs and errors).
-std::string_view ToolCallFormatName(ToolCallFormat format);
-
 /// One parsed call: the function's name and its arguments as compact JSON
 /// text (an object; key order as the model wrote it).
 struct ParsedToolCall {

@@ -19,7 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tq;
   using namespace tq::http;
   if (size == 0) return 0;
-  const ModelContext& ctx = fuzz::BundledContext();
+  const guard::ModelLimits& ctx = fuzz::BundledContext();
   const auto& templates = fuzz::ChatTemplates();
   const ChatTemplate& chat = *templates[data[0] % templates.size()];
   HttpRequest req;

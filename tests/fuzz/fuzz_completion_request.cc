@@ -15,7 +15,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tq;
   using namespace tq::http;
-  const ModelContext& ctx = fuzz::BundledContext();
+  const guard::ModelLimits& ctx = fuzz::BundledContext();
   const Tokenizer& tokenizer = fuzz::BundledTokenizer();
   HttpRequest req;
   req.method = "POST";

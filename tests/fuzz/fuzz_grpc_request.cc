@@ -14,20 +14,9 @@
 
 namespace {
 
-const tq::grpc_api::ModelLimits& Limits() {
-  static const tq::grpc_api::ModelLimits limits = [] {
-    // GenerationServiceImpl::SetEngine: the same values as the HTTP side's.
-    const tq::http::ModelContext& ctx = tq::fuzz::BundledContext();
-    tq::grpc_api::ModelLimits l;
-    l.served_model_name = ctx.served_model_name;
-    l.max_model_len = ctx.max_model_len;
-    l.vocab_size = ctx.vocab_size;
-    l.defaults = ctx.defaults;
-    l.max_prompt_bytes = ctx.max_prompt_bytes;
-    l.max_logprobs = ctx.max_logprobs;
-    return l;
-  }();
-  return limits;
+// GenerationServiceImpl::SetEngine: the same limits as the HTTP side's.
+const tq::guard::ModelLimits& Limits() {
+  return tq::fuzz::BundledContext();
 }
 
 }  // namespace

@@ -16,10 +16,10 @@
 
 namespace tq::fuzz {
 
-/// The ModelContext of `tqserve serve --model models/stories260K`.
-inline const http::ModelContext& BundledContext() {
-  static const http::ModelContext ctx = [] {
-    http::ModelContext c;
+/// The ModelLimits of `tqserve serve --model models/stories260K`.
+inline const guard::ModelLimits& BundledContext() {
+  static const guard::ModelLimits ctx = [] {
+    guard::ModelLimits c;
     c.served_model_name = "stories260K";
     c.max_model_len = BundledFiles().config.MaxContext();
     c.vocab_size = BundledTokenizer().vocab_size();

@@ -51,8 +51,8 @@ class GrpcRequests : public ::testing::Test {
     delete reference_;
   }
 
-  static ModelLimits Limits() {
-    ModelLimits l;
+  static guard::ModelLimits Limits() {
+    guard::ModelLimits l;
     l.served_model_name = "stories260K";
     l.max_model_len = 512;
     l.vocab_size = 512;
@@ -166,7 +166,7 @@ TEST_F(GrpcRequests, EveryFieldReachesTheEngineRequest) {
 }
 
 TEST_F(GrpcRequests, UnsetFieldsTakeGenerationConfigDefaults) {
-  ModelLimits limits = Limits();
+  guard::ModelLimits limits = Limits();
   limits.defaults.temperature = 0.6;
   limits.defaults.top_p = 0.95;
   limits.defaults.top_k = 20;

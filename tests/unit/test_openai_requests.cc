@@ -16,8 +16,8 @@ namespace {
 
 using nlohmann::json;
 
-ModelContext Ctx() {
-  ModelContext ctx;
+guard::ModelLimits Ctx() {
+  guard::ModelLimits ctx;
   ctx.served_model_name = "stories260K";
   ctx.max_model_len = 512;
   ctx.vocab_size = 512;
@@ -163,7 +163,7 @@ TEST(OpenAiCompletionRequest, DefaultsAreOpenAis) {
 }
 
 TEST(OpenAiCompletionRequest, GenerationConfigDefaultsApplyOnlyWhenUnset) {
-  ModelContext ctx = Ctx();
+  guard::ModelLimits ctx = Ctx();
   ctx.defaults.temperature = 0.6;
   ctx.defaults.top_p = 0.9;
   EXPECT_EQ(ParseCompletionRequest(json{{"prompt", "x"}}, ctx).params.sampling.temperature, 0.6);

@@ -24,7 +24,7 @@ struct FakeEngine {
   std::vector<FinishReason> reasons;  // of each abort
   int fail_on_submit = -1;            // throw EngineUnavailable on this submit (0-based)
 
-  EngineCalls Calls() {
+  SessionEngine Calls() {
     return {[this](EngineRequest r) {
               if (static_cast<int>(streams.size()) == fail_on_submit) {
                 throw EngineUnavailable("draining");
