@@ -14,6 +14,9 @@ namespace {
 
 using kernels::KvDtype;
 
+// Most logits one scoring chunk holds (16 MiB of floats).
+constexpr int32_t kScoringLogitFloats = 4 << 20;
+
 // Perplexity of `tokens` (positions 1.. scored) through a fresh cache of `dtype`.
 double ScorePerplexity(ModelExecutor& executor, std::span<const int32_t> tokens, KvDtype dtype,
                        int32_t block_size, int32_t chunk, const ScoringCacheFactory& make_cache) {
@@ -23,16 +26,22 @@ double ScorePerplexity(ModelExecutor& executor, std::span<const int32_t> tokens,
   BlockPool pool(blocks);
   BlockTable table(block_size);
   table.EnsureCapacity(pool, n);
-  std::vector<float> logits;
+  // Chunks of at most kScoringLogitFloats logits: the whole [n, vocab] at a
+  // 152K vocabulary was 155 MB per candidate, and allocating it cost more
+  // start-up time than the forward passes on small models.
+  const int32_t vocab = executor.model().config().vocab_size;
+  const int32_t rows = std::clamp(kScoringLogitFloats / vocab, 1, chunk);
+  double nll = 0.0;
   PrefillSequence(
       [&](const ForwardBatch& b, std::vector<float>* l) { executor.Forward(b, caches, l); }, table,
-      tokens, 0, chunk, /*all_logits=*/true, &logits);
+      tokens, 0, rows,
+      [&](int32_t first, int32_t count, const float* logits) {
+        // Row q predicts token q + 1.
+        for (int32_t q = first; q < first + count && q + 1 < n; ++q) {
+          nll += NegLogProb(logits + static_cast<size_t>(q - first) * vocab, vocab, tokens[q + 1]);
+        }
+      });
   table.Release(pool);
-  const int32_t vocab = executor.model().config().vocab_size;
-  double nll = 0.0;
-  for (int32_t p = 1; p < n; ++p) {
-    nll += NegLogProb(logits.data() + static_cast<size_t>(p - 1) * vocab, vocab, tokens[p]);
-  }
   const double ppl = std::exp(nll / (n - 1));
   if (!std::isfinite(ppl)) {
     throw Error("--kv-cache-dtype auto: the perplexity with a " +

@@ -92,12 +92,16 @@ void ModelExecutor::RunRanks(const ForwardBatch& batch, std::vector<float>* logi
   });
 }
 
-void PrefillSequence(const ForwardStep& forward, const BlockTable& table,
-                     std::span<const int32_t> tokens, int32_t begin, int32_t chunk, bool all_logits,
-                     std::vector<float>* logits) {
+namespace {
+
+// Runs tokens[begin, n) in chunks of `chunk`; after each chunk calls
+// on_chunk(first position, rows, logits): every row's logits with all_rows,
+// else only the chunk's last row.
+void RunChunks(const ForwardStep& forward, const BlockTable& table, std::span<const int32_t> tokens,
+               int32_t begin, int32_t chunk, bool all_rows,
+               const std::function<void(int32_t, int32_t, std::vector<float>&)>& on_chunk) {
   const auto n = static_cast<int32_t>(tokens.size());
   std::vector<float> chunk_logits;
-  if (all_logits) logits->clear();
   for (; begin < n; begin += chunk) {
     const int32_t end = std::min(n, begin + chunk);
     ForwardBatch batch;
@@ -109,16 +113,37 @@ void PrefillSequence(const ForwardStep& forward, const BlockTable& table,
       batch.positions.push_back(pos);
       batch.token_seq.push_back(0);
       batch.slot_mapping.push_back(static_cast<int32_t>(table.Slot(pos)));
-      if (all_logits) batch.logit_indices.push_back(pos - begin);
+      if (all_rows) batch.logit_indices.push_back(pos - begin);
     }
-    if (!all_logits) batch.logit_indices.push_back(end - begin - 1);
+    if (!all_rows) batch.logit_indices.push_back(end - begin - 1);
     forward(batch, &chunk_logits);
-    if (all_logits) {
-      logits->insert(logits->end(), chunk_logits.begin(), chunk_logits.end());
-    } else {
-      logits->swap(chunk_logits);
-    }
+    on_chunk(begin, end - begin, chunk_logits);
   }
+}
+
+}  // namespace
+
+void PrefillSequence(const ForwardStep& forward, const BlockTable& table,
+                     std::span<const int32_t> tokens, int32_t begin, int32_t chunk, bool all_logits,
+                     std::vector<float>* logits) {
+  if (all_logits) logits->clear();
+  RunChunks(forward, table, tokens, begin, chunk, all_logits,
+            [&](int32_t, int32_t, std::vector<float>& chunk_logits) {
+              if (all_logits) {
+                logits->insert(logits->end(), chunk_logits.begin(), chunk_logits.end());
+              } else {
+                logits->swap(chunk_logits);
+              }
+            });
+}
+
+void PrefillSequence(const ForwardStep& forward, const BlockTable& table,
+                     std::span<const int32_t> tokens, int32_t begin, int32_t chunk,
+                     const ChunkLogitsFn& on_chunk) {
+  RunChunks(forward, table, tokens, begin, chunk, /*all_rows=*/true,
+            [&](int32_t first, int32_t rows, std::vector<float>& chunk_logits) {
+              on_chunk(first, rows, chunk_logits.data());
+            });
 }
 
 void PrefillSequence(ModelExecutor& executor, const BlockTable& table,

@@ -114,6 +114,17 @@ using ForwardStep = std::function<void(const ForwardBatch& batch, std::vector<fl
 void PrefillSequence(const ForwardStep& forward, const BlockTable& table,
                      std::span<const int32_t> tokens, int32_t begin, int32_t chunk, bool all_logits,
                      std::vector<float>* logits);
+/// Receives one chunk's logits from the PrefillSequence overload below:
+/// positions [first, first + rows) of the sequence, `logits` [rows, vocab]
+/// row-major, valid only during the call.
+using ChunkLogitsFn = std::function<void(int32_t first, int32_t rows, const float* logits)>;
+/// PrefillSequence with every position's logits handed to `on_chunk` chunk
+/// by chunk instead of gathered: scoring a sequence then holds
+/// [chunk, vocab] floats, not [tokens, vocab] (at a 152K vocabulary that is
+/// 0.6 MB per token).
+void PrefillSequence(const ForwardStep& forward, const BlockTable& table,
+                     std::span<const int32_t> tokens, int32_t begin, int32_t chunk,
+                     const ChunkLogitsFn& on_chunk);
 /// PrefillSequence on every rank of `executor`, with its workers' caches.
 void PrefillSequence(ModelExecutor& executor, const BlockTable& table,
                      std::span<const int32_t> tokens, int32_t begin, int32_t chunk, bool all_logits,
