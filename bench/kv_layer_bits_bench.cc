@@ -372,14 +372,18 @@ void ScoreDocument(tq::LlamaModel& model, tq::PagedKvCache& cache, const std::ve
       const std::span<const int32_t> window(doc.data() + begin, static_cast<size_t>(end - begin));
       tq::BlockTable table(bs);
       table.EnsureCapacity(pool, static_cast<int32_t>(window.size()));
-      std::vector<float> logits;
+      // Window row r predicts doc[begin + r + 1]; only tokens from `first` are scored.
       tq::PrefillSequence(
           [&](const tq::ForwardBatch& b, std::vector<float>* out) { model.Forward(b, cache, out); },
-          table, window, 0, ctx, /*all_logits=*/true, &logits);
+          table, window, 0, ctx,
+          [&](int32_t row0, int32_t rows, const float* logits) {
+            for (int64_t r = row0; r < row0 + rows; ++r) {
+              const int64_t p = begin + r + 1;
+              if (p < first || p >= end) continue;
+              nll->sum += tq::NegLogProb(logits + (r - row0) * vocab, vocab, doc[p]);
+            }
+          });
       table.Release(pool);
-      for (int64_t p = first; p < end; ++p) {
-        nll->sum += tq::NegLogProb(logits.data() + (p - begin - 1) * vocab, vocab, doc[p]);
-      }
       nll->count += end - first;
     }
     prev_end = end;
