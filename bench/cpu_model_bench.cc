@@ -34,6 +34,8 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_flags.h"
+#include "bench/bench_util.h"
 #include "engine/model/model_config.h"
 #include "engine/runtime/offline_engine.h"
 #include "engine/sampling/sampling_params.h"
@@ -41,19 +43,11 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
-// CPU seconds used by all threads of this process. CPU time / (wall time x
-// threads) below ~0.9 during a measurement means the pool's threads were
-// preempted by other processes (the pool spins, so an undisturbed run is ~1).
-double ProcessCpuSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
+using tq::bench::CpuModel;
+using tq::bench::LoadAvg;
+using tq::bench::Median;
+using tq::bench::ProcessCpuSeconds;
+using tq::bench::Seconds;
 
 struct Flags {
   std::string model;
@@ -65,57 +59,27 @@ struct Flags {
   int max_batched_tokens = 512;
 };
 
-[[noreturn]] void Usage(const std::string& error) {
-  if (!error.empty()) std::fprintf(stderr, "error: %s\n\n", error.c_str());
-  std::fprintf(error.empty() ? stdout : stderr,
-               "usage: tq_bench_cpu_model --model DIR [--threads 1,2] [--prompt-tokens 256]\n"
-               "         [--decode-tokens 128] [--repeats 3] [--max-batched-tokens 512]\n"
-               "         [--decode-prompt-tokens 8]\n"
-               "Prefill and decode tokens/s of the CPU engine per thread count (one process,\n"
-               "thread counts interleaved in every repeat; medians and bests reported).\n");
-  std::exit(error.empty() ? 0 : 2);
-}
-
-int ParsePositive(const std::string& flag, const std::string& value) {
-  char* end = nullptr;
-  const long v = std::strtol(value.c_str(), &end, 10);
-  if (value.empty() || *end != '\0' || v <= 0 || v > (1 << 24)) {
-    Usage(flag + " wants a positive integer, got '" + value + "'");
-  }
-  return static_cast<int>(v);
-}
-
 Flags ParseFlags(int argc, char** argv) {
   Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "-h" || arg == "--help") Usage("");
-    if (i + 1 >= argc) Usage(arg + " needs a value (or is unknown)");
-    const std::string value = argv[++i];
-    if (arg == "--model") {
-      f.model = value;
-    } else if (arg == "--threads") {
-      f.threads.clear();
-      std::stringstream ss(value);
-      std::string item;
-      while (std::getline(ss, item, ',')) f.threads.push_back(ParsePositive("--threads", item));
-      if (f.threads.empty()) Usage("--threads is empty");
-    } else if (arg == "--prompt-tokens") {
-      f.prompt_tokens = ParsePositive(arg, value);
-    } else if (arg == "--decode-tokens") {
-      f.decode_tokens = ParsePositive(arg, value);
-      if (f.decode_tokens < 2) Usage("--decode-tokens must be at least 2");
-    } else if (arg == "--decode-prompt-tokens") {
-      f.decode_prompt_tokens = ParsePositive(arg, value);
-    } else if (arg == "--repeats") {
-      f.repeats = ParsePositive(arg, value);
-    } else if (arg == "--max-batched-tokens") {
-      f.max_batched_tokens = ParsePositive(arg, value);
-    } else {
-      Usage("unknown flag " + arg);
-    }
-  }
-  if (f.model.empty()) Usage("--model is required");
+  CLI::App app(
+      "Prefill and decode tokens/s of the CPU engine per thread count (one process,\n"
+      "thread counts interleaved in every repeat; medians and bests reported).",
+      "tq_bench_cpu_model");
+  const CLI::Range positive(1, 1 << 24);
+  app.add_option("--model", f.model, "Model directory")->required();
+  tq::bench::AddList(app, "--threads", f.threads, "Thread counts")->check(positive);
+  app.add_option("--prompt-tokens", f.prompt_tokens)->capture_default_str()->check(positive);
+  app.add_option("--decode-tokens", f.decode_tokens)
+      ->capture_default_str()
+      ->check(CLI::Range(2, 1 << 24));
+  app.add_option("--decode-prompt-tokens", f.decode_prompt_tokens)
+      ->capture_default_str()
+      ->check(positive);
+  app.add_option("--repeats", f.repeats)->capture_default_str()->check(positive);
+  app.add_option("--max-batched-tokens", f.max_batched_tokens)
+      ->capture_default_str()
+      ->check(positive);
+  tq::bench::ParseOrExit(app, argc, argv);
   return f;
 }
 
@@ -152,31 +116,6 @@ uint64_t CheckpointBytes(const std::string& dir) {
     if (e.path().extension() == ".safetensors") bytes += e.file_size(ec);
   }
   return bytes;
-}
-
-std::string LoadAvg() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  if (!(in >> a >> b >> c)) return "?";
-  return a + " " + b + " " + c;
-}
-
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(colon + 2);
-    }
-  }
-  return "?";
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 double Max(const std::vector<double>& v) {

@@ -18,11 +18,11 @@
 #include <cstdlib>
 #include <memory>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "bench/bench_flags.h"
+#include "bench/bench_util.h"
 #include "engine/runtime/engine_core.h"
 #include "engine/runtime/model_loader.h"
 #include "kernels/kv_layout.h"
@@ -43,31 +43,16 @@ struct Flags {
 
 Flags Parse(int argc, char** argv) {
   Flags f;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--model")
-      f.model = v;
-    else if (k == "--batch")
-      f.batches = tq::bench::ParseList<int>(v);
-    else if (k == "--prompt-tokens")
-      f.prompt_tokens = std::atoi(v.c_str());
-    else if (k == "--output-tokens")
-      f.output_tokens = std::atoi(v.c_str());
-    else if (k == "--repeats")
-      f.repeats = std::atoi(v.c_str());
-    else if (k == "--threads")
-      f.threads = std::atoi(v.c_str());
-    else if (k == "--kv-cache-dtype")
-      f.kv = v;
-    else {
-      std::fprintf(stderr, "unknown flag %s\n", k.c_str());
-      std::exit(2);
-    }
-  }
-  if (f.model.empty()) {
-    std::fprintf(stderr, "usage: tq_bench_engine_batch --model DIR [--batch 1,4,16] ...\n");
-    std::exit(2);
-  }
+  CLI::App app("Continuous-batching output tokens/s of the engine core per batch size.",
+               "tq_bench_engine_batch");
+  app.add_option("--model", f.model, "Model directory")->required();
+  tq::bench::AddList(app, "--batch", f.batches, "Batch sizes");
+  app.add_option("--prompt-tokens", f.prompt_tokens)->capture_default_str();
+  app.add_option("--output-tokens", f.output_tokens)->capture_default_str();
+  app.add_option("--repeats", f.repeats)->capture_default_str();
+  app.add_option("--threads", f.threads, "Engine threads (0: all cores)")->capture_default_str();
+  app.add_option("--kv-cache-dtype", f.kv)->capture_default_str()->check(tq::bench::KvDtypeName());
+  tq::bench::ParseOrExit(app, argc, argv);
   return f;
 }
 
@@ -77,14 +62,9 @@ struct Result {
 };
 
 Result RunBatch(tq::LoadedModel& m, const Flags& f, int batch, std::mt19937& rng) {
-  tq::SchedulerConfig c;
-  c.max_num_seqs = 256;
-  c.max_num_batched_tokens = 2048;
-  c.max_model_len = m.max_model_len;
-  c.block_size = m.executor->cache().layout().block_size;
-  c.num_blocks = m.executor->cache().layout().num_blocks;
-  c.eos_token_ids = m.files.config.eos_token_ids;
-  tq::EngineCore core(c, std::make_unique<tq::LlamaModelRunner>(m.executor.get()), nullptr);
+  tq::EngineOptions o;
+  o.max_num_batched_tokens = 2048;
+  const auto core = tq::MakeEngineCore(o, m, nullptr);
   std::uniform_int_distribution<int32_t> id(3, m.files.config.vocab_size - 1);
   for (int b = 0; b < batch; ++b) {
     tq::EngineRequest r;
@@ -94,13 +74,13 @@ Result RunBatch(tq::LoadedModel& m, const Flags& f, int batch, std::mt19937& rng
     r.sampling.temperature = 0;
     r.sampling.ignore_eos = true;
     r.sampling.max_tokens = f.output_tokens;
-    core.AddRequest(std::move(r), std::make_shared<tq::RequestStream>(std::to_string(b)),
-                    Clock::now());
+    core->AddRequest(std::move(r), std::make_shared<tq::RequestStream>(std::to_string(b)),
+                     Clock::now());
   }
   const auto start = Clock::now();
-  core.Step();  // every prompt in one step (budget 2048) + first tokens
+  core->Step();  // every prompt in one step (budget 2048) + first tokens
   const auto decode_start = Clock::now();
-  while (core.has_work()) core.Step();
+  while (core->has_work()) core->Step();
   const auto end = Clock::now();
   const double total = static_cast<double>(batch) * f.output_tokens;
   Result r;
@@ -110,11 +90,6 @@ Result RunBatch(tq::LoadedModel& m, const Flags& f, int batch, std::mt19937& rng
   return r;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -122,13 +97,7 @@ int main(int argc, char** argv) {
   tq::EngineOptions o;
   o.model_dir = f.model;
   o.num_threads = f.threads;
-  o.kv_cache_dtype = tq::kernels::KvDtype::kF32;
-  for (auto d :
-       {tq::kernels::KvDtype::kF32, tq::kernels::KvDtype::kF16, tq::kernels::KvDtype::kBF16,
-        tq::kernels::KvDtype::kInt8, tq::kernels::KvDtype::kInt4, tq::kernels::KvDtype::kTq3,
-        tq::kernels::KvDtype::kTq4}) {
-    if (tq::kernels::KvDtypeName(d) == f.kv) o.kv_cache_dtype = d;
-  }
+  tq::kernels::ParseKvDtype(f.kv, &o.kv_cache_dtype);  // checked by Parse
   const int max_batch = *std::max_element(f.batches.begin(), f.batches.end());
   o.max_model_len = f.prompt_tokens + f.output_tokens + 16;
   // A pool for max_batch sequences of max_model_len tokens.
@@ -157,10 +126,10 @@ int main(int argc, char** argv) {
   std::printf("| batch | output tok/s (all) | decode tok/s | decode speed-up vs batch %d |\n",
               f.batches[0]);
   std::printf("|---:|---:|---:|---:|\n");
-  const double base = Median(decode[0]);
+  const double base = tq::bench::UpperMedian(decode[0]);
   for (size_t i = 0; i < f.batches.size(); ++i) {
-    std::printf("| %d | %.1f | %.1f | %.2fx |\n", f.batches[i], Median(all[i]), Median(decode[i]),
-                Median(decode[i]) / base);
+    std::printf("| %d | %.1f | %.1f | %.2fx |\n", f.batches[i], tq::bench::UpperMedian(all[i]),
+                tq::bench::UpperMedian(decode[i]), tq::bench::UpperMedian(decode[i]) / base);
   }
   return 0;
 }

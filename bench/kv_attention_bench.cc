@@ -38,14 +38,17 @@
 #include <ctime>
 #include <exception>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <random>
-#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench/bench_flags.h"
+#include "bench/bench_util.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/kv/tq_codec_state.h"
 #include "engine/model/model_config.h"
@@ -60,6 +63,10 @@ namespace {
 
 using tq::kernels::KvDtype;
 using Clock = std::chrono::steady_clock;
+using tq::bench::LoadAvg;
+using tq::bench::Median;
+using tq::bench::ProcessCpuSeconds;
+using tq::bench::Seconds;
 
 constexpr int32_t kHeadDim = 128;
 constexpr int32_t kKvHeads = 8;
@@ -80,88 +87,30 @@ struct Args {
   bool cpu_clock = false;  // --clock cpu: process CPU time per call
 };
 
-[[noreturn]] void Usage(const std::string& msg) {
-  std::fprintf(stderr,
-               "error: %s\nusage: tq_bench_kv_attention [--contexts 1024,4096,16384] "
-               "[--threads 1[,2]] [--repeats 9] [--seqs 1] "
-               "[--dtypes fp32,fp16,int8,int4,tq3,tq4] [--write-tokens 256] [--warm-cache] "
-               "[--no-breakdown] [--query-rows 1] [--clock wall|cpu]\n",
-               msg.c_str());
-  std::exit(2);
-}
-
-std::vector<std::string> SplitComma(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(item);
-  return out;
-}
-
-std::vector<int32_t> ParseInts(const std::string& s, const char* flag) {
-  std::vector<int32_t> out;
-  for (const std::string& item : SplitComma(s)) {
-    char* end = nullptr;
-    const long v = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < 1) Usage(std::string("bad value for ") + flag);
-    out.push_back(static_cast<int32_t>(v));
-  }
-  if (out.empty()) Usage(std::string("empty ") + flag);
-  return out;
-}
-
 Args ParseArgs(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) Usage("missing value for " + flag);
-      return argv[++i];
-    };
-    if (flag == "--contexts") {
-      a.contexts = ParseInts(value(), "--contexts");
-    } else if (flag == "--threads") {
-      a.threads = ParseInts(value(), "--threads");
-    } else if (flag == "--repeats") {
-      a.repeats = ParseInts(value(), "--repeats")[0];
-    } else if (flag == "--seqs") {
-      a.seqs = ParseInts(value(), "--seqs")[0];
-    } else if (flag == "--write-tokens") {
-      a.write_tokens = ParseInts(value(), "--write-tokens")[0];
-    } else if (flag == "--dtypes") {
-      a.dtypes.clear();
-      for (const std::string& name : SplitComma(value())) {
-        KvDtype d;
-        if (!tq::kernels::ParseKvDtype(name, &d)) Usage("unknown dtype " + name);
-        a.dtypes.push_back(d);
-      }
-      if (a.dtypes.empty()) Usage("empty --dtypes");
-    } else if (flag == "--warm-cache") {
-      a.cold = false;
-    } else if (flag == "--no-breakdown") {
-      a.breakdown = false;
-    } else if (flag == "--query-rows") {
-      a.query_rows = ParseInts(value(), "--query-rows")[0];
-    } else if (flag == "--clock") {
-      const std::string v = value();
-      if (v != "wall" && v != "cpu") Usage("--clock is wall or cpu");
-      a.cpu_clock = v == "cpu";
-    } else {
-      Usage("unknown flag " + flag);
-    }
-  }
+  CLI::App app("CPU cost of one decode (or prefill) attention call per KV cache format.",
+               "tq_bench_kv_attention");
+  tq::bench::AddList(app, "--contexts", a.contexts, "Context lengths")->check(CLI::PositiveNumber);
+  tq::bench::AddList(app, "--threads", a.threads, "Thread counts")->check(CLI::PositiveNumber);
+  app.add_option("--repeats", a.repeats)->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--seqs", a.seqs)->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--dtypes", a.dtypes, "KV dtypes [fp32,fp16,int8,int4,tq3,tq4]")
+      ->delimiter(',')
+      ->transform(tq::bench::KvDtypeName());
+  app.add_option("--write-tokens", a.write_tokens)
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--warm-cache{false}", a.cold, "No cache flush before each timed call");
+  app.add_flag("--no-breakdown{false}", a.breakdown, "Skip the per-stage cost breakdown");
+  app.add_option("--query-rows", a.query_rows, "Query rows per sequence (> 1: prefill)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--clock", a.cpu_clock, "wall or cpu (process CPU time per call)")
+      ->transform(
+          CLI::CheckedTransformer(std::map<std::string, bool>{{"wall", false}, {"cpu", true}}));
+  tq::bench::ParseOrExit(app, argc, argv);
   return a;
-}
-
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
-// CPU seconds used by all threads of this process.
-double ProcessCpuSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 // FNV-1a of the bits of v: equal outputs of two builds (a kernel change that
@@ -171,31 +120,6 @@ uint64_t Fnv1a(const std::vector<float>& v) {
   const auto* b = reinterpret_cast<const uint8_t*>(v.data());
   for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ull;
   return h;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-std::string LoadAvg() {
-  std::ifstream f("/proc/loadavg");
-  std::string s;
-  std::getline(f, s);
-  return s;
-}
-
-std::string CpuModel() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      return colon == std::string::npos ? line : line.substr(colon + 2);
-    }
-  }
-  return "unknown";
 }
 
 // Reads a buffer larger than the last-level cache so the next call's KV comes
@@ -374,13 +298,12 @@ int main(int argc, char** argv) try {
   const int32_t blocks_per_seq = (max_ctx + kBlock - 1) / kBlock;
   const int32_t num_blocks = blocks_per_seq * args.seqs;
   const tq::ModelConfig config = BenchConfig(max_ctx);
-  if (max_ctx > config.max_position_embeddings) Usage("context above max_position_embeddings");
   if (args.query_rows > *std::min_element(args.contexts.begin(), args.contexts.end())) {
-    Usage("--query-rows above the smallest context");
+    throw std::invalid_argument("--query-rows above the smallest context");
   }
 
   std::printf("# tq_bench_kv_attention\n\n");
-  std::printf("cpu: %s; hardware threads %u\n", CpuModel().c_str(),
+  std::printf("cpu: %s; hardware threads %u\n", tq::bench::CpuModel().c_str(),
               std::thread::hardware_concurrency());
   std::printf("loadavg at start: %s\n", LoadAvg().c_str());
   std::printf(

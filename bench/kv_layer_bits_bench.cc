@@ -52,6 +52,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_flags.h"
 #include "engine/kv/block_pool.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/kv/kv_calibration.h"
@@ -446,29 +447,28 @@ std::string KeyBitsList(const std::vector<LayerFormat>& f) {
   return s;
 }
 
-std::vector<std::string> Split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(item);
-  return out;
-}
+struct Flags {
+  std::string model = "models/stories260K", text;
+  int32_t ctx = 0, stride = 0, threads = 1;
+  size_t max_documents = 0;
+  std::vector<std::string> configs = {"fp32", "k3v3", "k4v3", "k3v2"};
+};
 
 int Run(int argc, char** argv) {
-  std::map<std::string, std::string> flags = {{"--model", "models/stories260K"},
-                                              {"--text", ""},
-                                              {"--ctx", "0"},
-                                              {"--stride", "0"},
-                                              {"--max-documents", "0"},
-                                              {"--threads", "1"},
-                                              {"--configs", "fp32,k3v3,k4v3,k3v2"}};
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!flags.count(argv[i])) throw std::invalid_argument(std::string("unknown flag ") + argv[i]);
-    flags[argv[i]] = argv[i + 1];
-  }
+  Flags flags;
+  CLI::App app("Perplexity per mixed per-layer key bits (docs/kv-cache.md).",
+               "tq_bench_kv_layer_bits");
+  app.add_option("--model", flags.model, "Model directory")->capture_default_str();
+  app.add_option("--text", flags.text, "Text to score (without: auto's held-out ratios only)");
+  app.add_option("--ctx", flags.ctx, "Window (0: max_model_len)")->capture_default_str();
+  app.add_option("--stride", flags.stride, "Window advance (0: ctx / 2)")->capture_default_str();
+  app.add_option("--max-documents", flags.max_documents, "0: all")->capture_default_str();
+  app.add_option("--threads", flags.threads)->capture_default_str();
+  tq::bench::AddList(app, "--configs", flags.configs, "Configurations");
+  tq::bench::ParseOrExit(app, argc, argv);
   tq::EngineOptions options;
-  options.model_dir = flags["--model"];
-  options.num_threads = std::atoi(flags["--threads"].c_str());
+  options.model_dir = flags.model;
+  options.num_threads = flags.threads;
   options.kv_cache_dtype = k::KvDtype::kTq3;  // calibrates the key statistics as tq3 does
   tq::LoadedModel loaded = tq::LoadModel(options);
   const tq::ModelConfig& c = loaded.files.config;
@@ -488,11 +488,8 @@ int Run(int argc, char** argv) {
 
   // Our own model on the emulating backend, and a tq3-typed cache (so that keys arrive before
   // RoPE).
-  const int32_t ctx = std::atoi(flags["--ctx"].c_str()) > 0 ? std::atoi(flags["--ctx"].c_str())
-                                                            : loaded.max_model_len;
-  const int32_t stride = std::atoi(flags["--stride"].c_str()) > 0
-                             ? std::atoi(flags["--stride"].c_str())
-                             : std::max(1, ctx / 2);
+  const int32_t ctx = flags.ctx > 0 ? flags.ctx : loaded.max_model_len;
+  const int32_t stride = flags.stride > 0 ? flags.stride : std::max(1, ctx / 2);
   LayerBitsBackend backend(std::max(1, options.num_threads), c, &rt);
   const tq::TpPlan plan = tq::MakeTpPlan(c, 0, 1);
   tq::LlamaModel model(c, tq::LoadLlamaWeights(options.model_dir, c, &backend, plan), &backend,
@@ -545,21 +542,22 @@ int Run(int argc, char** argv) {
   }
 
   std::vector<std::vector<int32_t>> docs;  // none without --text: auto's ratios only
-  if (!flags["--text"].empty()) {
-    std::ifstream in(flags["--text"], std::ios::binary);
-    if (!in) throw std::runtime_error(flags["--text"] + ": cannot read");
+  if (!flags.text.empty()) {
+    std::ifstream in(flags.text, std::ios::binary);
+    if (!in) throw std::runtime_error(flags.text + ": cannot read");
     std::stringstream ss;
     ss << in.rdbuf();
     std::vector<std::string> texts = tq::SplitDocuments(ss.str());
-    const size_t max_docs = std::strtoul(flags["--max-documents"].c_str(), nullptr, 10);
-    if (max_docs > 0 && texts.size() > max_docs) texts.resize(max_docs);
+    if (flags.max_documents > 0 && texts.size() > flags.max_documents) {
+      texts.resize(flags.max_documents);
+    }
     for (const std::string& t : texts) {
       std::vector<int32_t> ids = loaded.tokenizer->Encode(t, false);
       ids.insert(ids.begin(), loaded.tokenizer->bos_id());
       docs.push_back(std::move(ids));
     }
   }
-  std::printf("\n%s: %zu documents, ctx %d, stride %d\n", flags["--text"].c_str(), docs.size(), ctx,
+  std::printf("\n%s: %zu documents, ctx %d, stride %d\n", flags.text.c_str(), docs.size(), ctx,
               stride);
   std::printf(
       "| config | key bits per layer | bits/el. | perplexity | vs fp32 | tokens | auto's held-out "
@@ -567,7 +565,7 @@ int Run(int argc, char** argv) {
   std::printf("|---|---|---:|---:|---:|---:|---:|---:|\n");
   const double held_fp32 = held_ppl(std::vector<LayerFormat>(layers));
   double fp32 = 0.0;
-  for (const std::string& name : Split(flags["--configs"])) {
+  for (const std::string& name : flags.configs) {
     const Config cfg = ParseConfig(name);
     const std::vector<LayerFormat> f = Formats(cfg, backend, layers);
     const double held_ratio = held_ppl(f) / held_fp32;  // what auto would measure

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_flags.h"
 #include "engine/runtime/engine_core.h"
 #include "engine/runtime/model_loader.h"
 #include "kernels/kv_layout.h"
@@ -62,42 +63,22 @@ constexpr int kShortPrompt = 8;
 
 Flags Parse(int argc, char** argv) {
   Flags f;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    const int n = std::atoi(v.c_str());
-    if (k == "--model") {
-      f.model = v;
-    } else if (k == "--mode") {
-      f.mode = v;
-    } else if (k == "--quantization-config") {
-      f.quant = v;
-    } else if (k == "--kv-cache-dtype") {
-      f.kv = v;
-    } else if (k == "--threads") {
-      f.threads = n;
-    } else if (k == "--runs") {
-      f.runs = n;
-    } else if (k == "--pp") {
-      f.pp = n;
-    } else if (k == "--tg") {
-      f.tg = n;
-    } else if (k == "--batch") {
-      f.batch = n;
-    } else if (k == "--batch-tokens") {
-      f.batch_tokens = n;
-    } else if (k == "--validate-tokens") {
-      f.vtok = n;
-    } else if (k == "--warmup") {
-      f.warmup = n;
-    } else {
-      std::fprintf(stderr, "unknown flag %s\n", k.c_str());
-      std::exit(2);
-    }
-  }
-  if (f.model.empty()) {
-    std::fprintf(stderr, "usage: tq_bench_llamacpp_side --model DIR [flags]\n");
-    std::exit(2);
-  }
+  CLI::App app("tqserve's side of the CPU comparison with llama.cpp (bench/llamacpp/run.sh).",
+               "tq_bench_llamacpp_side");
+  app.add_option("--model", f.model, "Model directory")->required();
+  app.add_option("--mode", f.mode, "validate or bench")->capture_default_str();
+  app.add_option("--quantization-config", f.quant, "Weight quantization config file");
+  app.add_option("--kv-cache-dtype", f.kv)->capture_default_str()->check(tq::bench::KvDtypeName());
+  app.add_option("--threads", f.threads)->capture_default_str();
+  app.add_option("--runs", f.runs)->capture_default_str();
+  app.add_option("--pp", f.pp, "Prompt tokens of the prefill test")->capture_default_str();
+  app.add_option("--tg", f.tg, "Decode steps of the generation test")->capture_default_str();
+  app.add_option("--batch", f.batch, "Sequences of the batch test")->capture_default_str();
+  app.add_option("--batch-tokens", f.batch_tokens, "Timed steps of the batch test")
+      ->capture_default_str();
+  app.add_option("--validate-tokens", f.vtok)->capture_default_str();
+  app.add_option("--warmup", f.warmup)->capture_default_str();
+  tq::bench::ParseOrExit(app, argc, argv);
   return f;
 }
 
@@ -110,14 +91,8 @@ struct Bench {
   // timed steps and each request's ids.
   double Run(const std::vector<std::vector<int32_t>>& prompts, int max_tokens, bool time_first,
              std::vector<std::vector<int32_t>>* ids) {
-    tq::SchedulerConfig c;
-    c.max_num_seqs = 256;
-    c.max_num_batched_tokens = 512;
-    c.max_model_len = m->max_model_len;
-    c.block_size = m->executor->cache().layout().block_size;
-    c.num_blocks = m->executor->cache().layout().num_blocks;
-    c.eos_token_ids = m->files.config.eos_token_ids;
-    tq::EngineCore core(c, std::make_unique<tq::LlamaModelRunner>(m->executor.get()), nullptr);
+    tq::EngineOptions o;
+    const auto core = tq::MakeEngineCore(o, *m, nullptr);
     std::vector<std::shared_ptr<tq::RequestStream>> streams;
     for (size_t s = 0; s < prompts.size(); ++s) {
       tq::EngineRequest r;
@@ -127,11 +102,11 @@ struct Bench {
       r.sampling.ignore_eos = true;
       r.sampling.max_tokens = max_tokens;
       streams.push_back(std::make_shared<tq::RequestStream>(r.request_id));
-      core.AddRequest(std::move(r), streams.back(), Clock::now());
+      core->AddRequest(std::move(r), streams.back(), Clock::now());
     }
-    if (!time_first) core.Step();
+    if (!time_first) core->Step();
     const auto start = Clock::now();
-    while (core.has_work()) core.Step();
+    while (core->has_work()) core->Step();
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     if (ids) {
       ids->assign(prompts.size(), {});
@@ -166,10 +141,7 @@ int main(int argc, char** argv) {
   o.num_threads = f.threads;
   o.quantization_config = f.quant;
   o.max_model_len = 512;
-  if (!tq::kernels::ParseKvDtype(f.kv, &o.kv_cache_dtype)) {
-    std::fprintf(stderr, "unknown --kv-cache-dtype %s\n", f.kv.c_str());
-    return 2;
-  }
+  tq::kernels::ParseKvDtype(f.kv, &o.kv_cache_dtype);  // checked by Parse
   // A pool for `batch` sequences of 512 tokens (sized from a first load).
   {
     const auto first = std::make_unique<tq::LoadedModel>(tq::LoadModel(o));

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "bench/bench_flags.h"
+#include "bench/bench_util.h"
 #include "engine/kv/block_pool.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/model/random_model.h"
@@ -54,45 +55,20 @@ struct Flags {
   std::string model;
 };
 
-std::vector<std::string> SplitNames(const std::string& s) {
-  std::vector<std::string> out;
-  size_t at = 0;
-  for (;;) {
-    const size_t comma = s.find(',', at);
-    out.push_back(s.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
-    if (comma == std::string::npos) return out;
-    at = comma + 1;
-  }
-}
-
 Flags ParseFlags(int argc, char** argv) {
   Flags f;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    int* ints[] = {&f.layers, &f.hidden, &f.steps, &f.repeats, &f.threads, &f.prefill};
-    const char* int_names[] = {"--layers",  "--hidden",  "--steps",
-                               "--repeats", "--threads", "--prefill-tokens"};
-    bool known = true;
-    if (k == "--contexts") {
-      f.contexts = tq::bench::ParseList(v);
-    } else if (k == "--dtypes") {
-      f.dtypes = SplitNames(v);
-    } else if (k == "--model") {
-      f.model = v;
-    } else {
-      known = false;
-      for (int n = 0; n < 6; ++n) {
-        if (k == int_names[n]) {
-          *ints[n] = std::atoi(v.c_str());
-          known = true;
-        }
-      }
-    }
-    if (!known) {
-      std::fprintf(stderr, "unknown flag %s\n", k.c_str());
-      std::exit(2);
-    }
-  }
+  CLI::App app("Decode time per token at long contexts per KV format.", "tq_bench_long_context");
+  tq::bench::AddList(app, "--contexts", f.contexts, "Context lengths");
+  tq::bench::AddList(app, "--dtypes", f.dtypes, "KV dtypes")->check(tq::bench::KvDtypeName());
+  app.add_option("--layers", f.layers, "Layers of the random model")->capture_default_str();
+  app.add_option("--hidden", f.hidden, "Hidden size of the random model")->capture_default_str();
+  app.add_option("--steps", f.steps, "Decode steps per context")->capture_default_str();
+  app.add_option("--repeats", f.repeats)->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--threads", f.threads)->capture_default_str();
+  app.add_option("--prefill-tokens", f.prefill, "Also time a prefill of this many tokens")
+      ->capture_default_str();
+  app.add_option("--model", f.model, "Model directory instead of the random model");
+  tq::bench::ParseOrExit(app, argc, argv);
   return f;
 }
 
@@ -155,11 +131,6 @@ double DecodeMs(Run& r, int32_t ctx, int32_t steps) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count() / steps;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
 std::string Name(KvDtype d) {
   return std::string(tq::kernels::KvDtypeName(d));
 }
@@ -198,10 +169,7 @@ int main(int argc, char** argv) try {
     o.model_dir = dir;
     o.num_threads = f.threads;
     o.max_model_len = positions;
-    if (!tq::kernels::ParseKvDtype(name, &o.kv_cache_dtype)) {
-      std::fprintf(stderr, "unknown dtype %s\n", name.c_str());
-      return 2;
-    }
+    tq::kernels::ParseKvDtype(name, &o.kv_cache_dtype);  // checked by ParseFlags
     Run r{o.kv_cache_dtype, tq::LoadModel(o), nullptr, nullptr, {}, {}};
     const tq::kernels::KvLayout& l = r.m.executor->cache().layout();
     r.pool = std::make_unique<tq::BlockPool>(l.num_blocks);
@@ -240,13 +208,13 @@ int main(int argc, char** argv) try {
       "KV |\n|---|---|---|---|---|---|\n",
       f.dtypes.front().c_str());
   for (size_t ci = 0; ci < f.contexts.size(); ++ci) {
-    const double base = Median(runs.front().ms_per_token[ci]);
+    const double base = tq::bench::UpperMedian(runs.front().ms_per_token[ci]);
     for (Run& r : runs) {
       const tq::kernels::KvLayout& l = r.m.executor->cache().layout();
       const double bytes_per_token =
           static_cast<double>(tq::PagedKvCache::BytesPerBlock(config.num_hidden_layers, l, 0)) /
           l.block_size;
-      const double ms = Median(r.ms_per_token[ci]);
+      const double ms = tq::bench::UpperMedian(r.ms_per_token[ci]);
       std::printf("| %ld | %s | %.2f | %.1f | %.2fx | %.1f |\n", f.contexts[ci],
                   Name(r.dtype).c_str(), ms, 1e3 / ms, base / ms,
                   static_cast<double>(1 << 30) / (bytes_per_token * f.contexts[ci]));
@@ -255,9 +223,9 @@ int main(int argc, char** argv) try {
   if (f.prefill > 0) {
     std::printf("\n| prefill %d tokens | tok/s | speed vs %s |\n|---|---|---|\n", f.prefill,
                 f.dtypes.front().c_str());
-    const double base = Median(runs.front().prefill_s);
+    const double base = tq::bench::UpperMedian(runs.front().prefill_s);
     for (Run& r : runs) {
-      const double s = Median(r.prefill_s);
+      const double s = tq::bench::UpperMedian(r.prefill_s);
       std::printf("| %s | %.1f | %.2fx |\n", Name(r.dtype).c_str(), f.prefill / s, base / s);
     }
   }

@@ -16,10 +16,11 @@
 #include <cstring>
 #include <memory>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench/bench_flags.h"
+#include "bench/bench_util.h"
 #include "kernels/backend.h"
 
 namespace {
@@ -30,43 +31,22 @@ using tq::kernels::MatMulParams;
 using tq::kernels::WeightDtype;
 using tq::kernels::WeightView;
 
-std::vector<int> ParseList(const char* s) {
-  std::vector<int> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(std::atoi(item.c_str()));
-  return out;
-}
-
 struct Shape {
   const char* name;
   int32_t out, in;
 };
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<int> rows_list = {1, 16, 128}, threads_list = {1, 2};
   int repeats = 15;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--rows") {
-      rows_list = ParseList(argv[i + 1]);
-    } else if (flag == "--threads") {
-      threads_list = ParseList(argv[i + 1]);
-    } else if (flag == "--repeats") {
-      repeats = std::max(1, std::atoi(argv[i + 1]));
-    } else {
-      std::fprintf(stderr,
-                   "usage: tq_bench_matmul [--rows 1,16,128] [--threads 1,2] [--repeats 15]\n");
-      return 2;
-    }
-  }
+  CLI::App app("fp32 matmul GFLOP/s: row-major dot-product against packed panels.",
+               "tq_bench_matmul");
+  tq::bench::AddList(app, "--rows", rows_list, "Activation rows");
+  tq::bench::AddList(app, "--threads", threads_list, "Thread counts");
+  app.add_option("--repeats", repeats)->capture_default_str()->check(CLI::PositiveNumber);
+  tq::bench::ParseOrExit(app, argc, argv);
   const Shape shapes[] = {{"qkvo 768x768", 768, 768},
                           {"gate/up 2048x768", 2048, 768},
                           {"down 768x2048", 768, 2048},
@@ -105,7 +85,8 @@ int main(int argc, char** argv) {
           }
         }
         const double flop = 2.0 * rows * s.out * s.in;
-        const double g_rm = flop / Median(t_rm) / 1e9, g_pk = flop / Median(t_pk) / 1e9;
+        const double g_rm = flop / tq::bench::UpperMedian(t_rm) / 1e9,
+                     g_pk = flop / tq::bench::UpperMedian(t_pk) / 1e9;
         std::printf("| %s | %d | %d | %.1f | %.1f | %.2fx |\n", s.name, rows, threads, g_rm, g_pk,
                     g_pk / g_rm);
         std::fflush(stdout);

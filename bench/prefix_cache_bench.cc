@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "bench/bench_flags.h"
+#include "bench/bench_util.h"
 #include "engine/runtime/engine_core.h"
 #include "engine/runtime/model_loader.h"
 #include "kernels/kv_layout.h"
@@ -51,76 +52,34 @@ struct Flags {
 
 Flags Parse(int argc, char** argv) {
   Flags f;
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: tq_bench_prefix_cache ttft|capacity --model DIR ...\n");
-    std::exit(2);
-  }
-  f.mode = argv[1];
-  for (int i = 2; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    const int n = std::atoi(v.c_str());
-    if (k == "--model") {
-      f.model = v;
-    } else if (k == "--system-tokens") {
-      f.system_tokens = n;
-    } else if (k == "--question-tokens") {
-      f.question_tokens = n;
-    } else if (k == "--requests") {
-      f.requests = n;
-    } else if (k == "--output-tokens") {
-      f.output_tokens = n;
-    } else if (k == "--concurrency") {
-      f.concurrency = n;
-    } else if (k == "--repeats") {
-      f.repeats = n;
-    } else if (k == "--threads") {
-      f.threads = n;
-    } else if (k == "--max-num-batched-tokens") {
-      f.budget = n;
-    } else if (k == "--prefix-tokens") {
-      f.prefix_tokens = n;
-    } else if (k == "--kv-cache-memory") {
-      f.kv_cache_memory = static_cast<size_t>(std::atoll(v.c_str()));
-    } else if (k == "--kv-cache-dtype") {
-      f.kv.clear();
-      std::string item;
-      for (char ch : v + ",") {
-        if (ch != ',') {
-          item += ch;
-        } else if (!item.empty()) {
-          f.kv.push_back(item);
-          item.clear();
-        }
-      }
-    } else {
-      std::fprintf(stderr, "unknown flag %s\n", k.c_str());
-      std::exit(2);
-    }
-  }
-  if (f.model.empty() || (f.mode != "ttft" && f.mode != "capacity")) {
-    std::fprintf(stderr, "usage: tq_bench_prefix_cache ttft|capacity --model DIR ...\n");
-    std::exit(2);
-  }
+  CLI::App app("Prefix caching: TTFT with a shared system prompt, and prefixes a pool holds.",
+               "tq_bench_prefix_cache");
+  app.add_option("mode", f.mode, "ttft or capacity")
+      ->required()
+      ->check(CLI::IsMember({"ttft", "capacity"}));
+  app.add_option("--model", f.model, "Model directory")->required();
+  app.add_option("--system-tokens", f.system_tokens)->capture_default_str();
+  app.add_option("--question-tokens", f.question_tokens)->capture_default_str();
+  app.add_option("--requests", f.requests)->capture_default_str();
+  app.add_option("--output-tokens", f.output_tokens)->capture_default_str();
+  app.add_option("--concurrency", f.concurrency)->capture_default_str();
+  app.add_option("--repeats", f.repeats)->capture_default_str();
+  app.add_option("--threads", f.threads)->capture_default_str();
+  app.add_option("--max-num-batched-tokens", f.budget)->capture_default_str();
+  app.add_option("--prefix-tokens", f.prefix_tokens, "capacity: prefix length")
+      ->capture_default_str();
+  app.add_option("--kv-cache-memory", f.kv_cache_memory, "capacity: KV pool bytes");
+  tq::bench::AddList(app, "--kv-cache-dtype", f.kv, "KV dtypes (ttft: the first)")
+      ->check(tq::bench::KvDtypeName());
+  tq::bench::ParseOrExit(app, argc, argv);
   return f;
 }
 
+// A KV dtype name that Parse checked.
 tq::kernels::KvDtype Dtype(const std::string& name) {
-  tq::kernels::KvDtype d;
-  if (!tq::kernels::ParseKvDtype(name, &d)) {
-    std::fprintf(stderr, "unknown KV dtype %s\n", name.c_str());
-    std::exit(2);
-  }
+  tq::kernels::KvDtype d{};
+  tq::kernels::ParseKvDtype(name, &d);
   return d;
-}
-
-double Percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())));
-  return v[i];
-}
-
-double Median(std::vector<double> v) {
-  return Percentile(std::move(v), 0.5);
 }
 
 class TtftObserver : public tq::EngineObserver {
@@ -139,18 +98,12 @@ struct RunResult {
 };
 
 RunResult RunWorkload(tq::LoadedModel& m, const Flags& f, bool caching) {
-  tq::SchedulerConfig c;
-  c.max_num_seqs = f.concurrency;
-  c.max_num_batched_tokens = f.budget;
-  c.max_model_len = m.max_model_len;
-  c.block_size = m.executor->cache().layout().block_size;
-  c.num_blocks = m.executor->cache().layout().num_blocks;
-  c.eos_token_ids = m.files.config.eos_token_ids;
-  c.enable_prefix_caching = caching;
-  c.prefix_cache_seed = tq::PrefixCacheSeed(
-      tq::kernels::KvDtypeName(m.executor->cache().layout().dtype), m.kv_fingerprint);
+  tq::EngineOptions o;
+  o.max_num_seqs = f.concurrency;
+  o.max_num_batched_tokens = f.budget;
+  o.enable_prefix_caching = caching;
   TtftObserver obs;
-  tq::EngineCore core(c, std::make_unique<tq::LlamaModelRunner>(m.executor.get()), &obs);
+  const auto core = tq::MakeEngineCore(o, m, &obs);
   std::mt19937 rng(4321);  // the same prompts for every run
   std::uniform_int_distribution<int32_t> id(3, m.files.config.vocab_size - 1);
   std::vector<int32_t> system = {m.files.config.bos_token_id};
@@ -179,16 +132,16 @@ RunResult RunWorkload(tq::LoadedModel& m, const Flags& f, bool caching) {
     });
     while (static_cast<int>(live.size()) < f.concurrency && next < requests.size()) {
       live.push_back(std::make_shared<tq::RequestStream>(requests[next].request_id));
-      core.AddRequest(requests[next], live.back(), Clock::now());
+      core->AddRequest(requests[next], live.back(), Clock::now());
       ++next;
     }
     if (live.empty()) break;
-    core.Step();
+    core->Step();
   }
   RunResult r;
   r.total = std::chrono::duration<double>(Clock::now() - start).count();
-  r.p50 = Percentile(obs.ttft, 0.5);
-  r.p99 = Percentile(obs.ttft, 0.99);
+  r.p50 = tq::bench::Percentile(obs.ttft, 0.5);
+  r.p99 = tq::bench::Percentile(obs.ttft, 0.99);
   r.hit_rate = obs.queries > 0 ? static_cast<double>(obs.hits) / obs.queries : 0.0;
   return r;
 }
@@ -228,7 +181,7 @@ int Ttft(const Flags& f) {
   auto med = [&](int caching, double RunResult::*field) {
     std::vector<double> v;
     for (const RunResult& r : runs[caching]) v.push_back(r.*field);
-    return Median(v);
+    return tq::bench::UpperMedian(v);
   };
   std::printf("| prefix caching | TTFT p50 (s) | TTFT p99 (s) | total (s) | hit rate |\n");
   std::printf("|---|---:|---:|---:|---:|\n");

@@ -28,16 +28,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <exception>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench/bench_flags.h"
+#include "bench/bench_util.h"
 #include "kernels/backend.h"
 #include "kernels/half.h"
 #include "kernels/op_params.h"
@@ -76,45 +75,24 @@ struct Args {
   bool warm_cache = false;
 };
 
-std::vector<std::string> Split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
-  return out;
-}
-
 Args ParseArgs(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::invalid_argument(flag + " needs a value");
-      return argv[++i];
-    };
-    if (flag == "--shapes") {
-      a.shapes.clear();
-      for (const auto& s : Split(value())) {
-        const size_t x = s.find('x');
-        if (x == std::string::npos) throw std::invalid_argument("--shapes: expected OUTxIN: " + s);
-        a.shapes.emplace_back(std::stoi(s.substr(0, x)), std::stoi(s.substr(x + 1)));
-      }
-    } else if (flag == "--rows") {
-      a.rows.clear();
-      for (const auto& s : Split(value())) a.rows.push_back(std::stoi(s));
-    } else if (flag == "--threads") {
-      a.threads.clear();
-      for (const auto& s : Split(value())) a.threads.push_back(std::stoi(s));
-    } else if (flag == "--formats") {
-      a.formats = Split(value());
-    } else if (flag == "--repeats") {
-      a.repeats = std::stoi(value());
-    } else if (flag == "--group-size") {
-      a.group_size = std::stoi(value());
-    } else if (flag == "--warm-cache") {
-      a.warm_cache = true;
-    } else {
-      throw std::invalid_argument("unknown flag " + flag);
-    }
+  std::vector<std::string> shapes;
+  CLI::App app("CPU matmul speed per weight format.", "tq_bench_quant_gemv");
+  tq::bench::AddList(app, "--shapes", shapes, "OUTxIN weight shapes")
+      ->default_str("4096x4096,4096x11008,11008x4096");
+  tq::bench::AddList(app, "--rows", a.rows, "Activation rows");
+  tq::bench::AddList(app, "--threads", a.threads, "Thread counts");
+  tq::bench::AddList(app, "--formats", a.formats, "Weight formats");
+  app.add_option("--repeats", a.repeats)->capture_default_str();
+  app.add_option("--group-size", a.group_size)->capture_default_str();
+  app.add_flag("--warm-cache", a.warm_cache, "No cache flush before each timed call");
+  tq::bench::ParseOrExit(app, argc, argv);
+  if (!shapes.empty()) a.shapes.clear();
+  for (const auto& s : shapes) {
+    const size_t x = s.find('x');
+    if (x == std::string::npos) throw std::invalid_argument("--shapes: expected OUTxIN: " + s);
+    a.shapes.emplace_back(std::stoi(s.substr(0, x)), std::stoi(s.substr(x + 1)));
   }
   return a;
 }
@@ -183,32 +161,6 @@ Weight MakeWeight(const Format& f, int out, int in, int group_size, std::mt19937
   return w;
 }
 
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
-}
-
-std::string LoadAvg() {
-  std::ifstream in("/proc/loadavg");
-  std::string s;
-  std::getline(in, s);
-  return s;
-}
-
-double CpuMicros() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 int Run(const Args& a) {
   std::vector<Format> formats;
   for (const auto& name : a.formats) {
@@ -217,7 +169,8 @@ int Run(const Args& a) {
     if (it == std::end(kAllFormats)) throw std::invalid_argument("unknown format " + name);
     formats.push_back(*it);
   }
-  std::printf("cpu: %s\nloadavg at start: %s\n", CpuModel().c_str(), LoadAvg().c_str());
+  std::printf("cpu: %s\nloadavg at start: %s\n", tq::bench::CpuModel().c_str(),
+              tq::bench::LoadAvg().c_str());
   std::printf("group_size %d, %s, %d repeats, median per call\n", a.group_size,
               a.warm_cache ? "warm cache" : "weights from DRAM (128 MiB read before each call)",
               a.repeats);
@@ -252,14 +205,15 @@ int Run(const Args& a) {
         for (size_t t = 0; t < a.threads.size(); ++t) {
           for (size_t f = 0; f < formats.size(); ++f) {
             for (size_t i = 0; i < flush.size(); i += 64) sink = sink + flush[i];
-            const double cpu_start = CpuMicros();
+            const double cpu_start = 1e6 * tq::bench::ProcessCpuSeconds();
             const auto start = Clock::now();
             backends[t]->MatMul({x.data(), weights[f].view, y.data(), rows, false});
             const double us =
                 std::chrono::duration<double, std::micro>(Clock::now() - start).count();
             if (rep >= 0) {
               times[{rows, a.threads[t], f}].push_back(us);
-              cpu_times[{rows, a.threads[t], f}].push_back(CpuMicros() - cpu_start);
+              cpu_times[{rows, a.threads[t], f}].push_back(1e6 * tq::bench::ProcessCpuSeconds() -
+                                                           cpu_start);
             }
           }
         }
@@ -270,18 +224,18 @@ int Run(const Args& a) {
         double fp32_us = 0, fp32_cpu = 0;
         for (size_t f = 0; f < formats.size(); ++f) {
           if (formats[f].dtype == WeightDtype::kF32) {
-            fp32_us = Median(times[{rows, threads, f}]);
-            fp32_cpu = Median(cpu_times[{rows, threads, f}]);
+            fp32_us = tq::bench::UpperMedian(times[{rows, threads, f}]);
+            fp32_cpu = tq::bench::UpperMedian(cpu_times[{rows, threads, f}]);
           }
         }
         for (size_t f = 0; f < formats.size(); ++f) {
-          const double us = Median(times[{rows, threads, f}]);
+          const double us = tq::bench::UpperMedian(times[{rows, threads, f}]);
           char shape[32];
           std::snprintf(shape, sizeof(shape), "%dx%d", out, in);
           std::printf("%-12s %5d %7d %-6s %10.1f %10.2f %8.1f", shape, rows, threads,
                       formats[f].name.c_str(), us, weights[f].bytes / 1e6,
                       weights[f].bytes / us / 1e3);
-          const double cpu = Median(cpu_times[{rows, threads, f}]);
+          const double cpu = tq::bench::UpperMedian(cpu_times[{rows, threads, f}]);
           std::printf(" %10.1f", cpu);
           if (fp32_us > 0) std::printf(" %8.2f %8.2f", fp32_us / us, fp32_cpu / cpu);
           std::printf("\n");
@@ -289,7 +243,7 @@ int Run(const Args& a) {
       }
     }
   }
-  std::printf("\nloadavg at end: %s\n", LoadAvg().c_str());
+  std::printf("\nloadavg at end: %s\n", tq::bench::LoadAvg().c_str());
   return 0;
 }
 

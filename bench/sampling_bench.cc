@@ -9,12 +9,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "bench/bench_flags.h"
+#include "bench/bench_util.h"
 #include "engine/sampling/sampler.h"
 #include "kernels/cpu/cpu_topk.h"
 
@@ -22,21 +23,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double MedianUs(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   int rows = 200, k = 256;
   float sigma = 2.0f;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--rows") == 0) rows = std::atoi(argv[i + 1]);
-    if (std::strcmp(argv[i], "--k") == 0) k = std::atoi(argv[i + 1]);
-    if (std::strcmp(argv[i], "--sigma") == 0) sigma = static_cast<float>(std::atof(argv[i + 1]));
-  }
+  CLI::App app("Host cost of sampling one row of a 128,256-entry vocabulary.", "tq_bench_sampling");
+  app.add_option("--rows", rows, "Rows timed per setting")->capture_default_str();
+  app.add_option("--k", k, "LogitsTopK candidates")->capture_default_str();
+  app.add_option("--sigma", sigma, "Standard deviation of the logits")->capture_default_str();
+  tq::bench::ParseOrExit(app, argc, argv);
   constexpr int32_t kVocab = 128256;
   std::mt19937_64 rng(1);
   std::normal_distribution<float> normal(0.0f, sigma);
@@ -98,9 +94,9 @@ int main(int argc, char** argv) {
         return 1;
       }
     }
-    const double f = MedianUs(full_us), c = MedianUs(cand_us);
-    std::printf("%-28s %12.1f %12.2f %12.1f %9.0fx %8.1f%%\n", s.name, f, c, MedianUs(topk_us),
-                f / c, 100.0 * fallbacks / rows);
+    const double f = tq::bench::UpperMedian(full_us), c = tq::bench::UpperMedian(cand_us);
+    std::printf("%-28s %12.1f %12.2f %12.1f %9.0fx %8.1f%%\n", s.name, f, c,
+                tq::bench::UpperMedian(topk_us), f / c, 100.0 * fallbacks / rows);
   }
   return 0;
 }

@@ -53,27 +53,16 @@ struct Flags {
 
 Flags Parse(int argc, char** argv) {
   Flags f;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--vocab") {
-      f.vocabs = tq::bench::ParseList<int>(v);
-    } else if (k == "--steps") {
-      f.steps = std::atoi(v.c_str());
-    } else if (k == "--walks") {
-      f.walks = std::atoi(v.c_str());
-    } else if (k == "--model") {
-      f.model = v;
-    } else if (k == "--batch") {
-      f.batch = std::atoi(v.c_str());
-    } else if (k == "--output-tokens") {
-      f.output_tokens = std::atoi(v.c_str());
-    } else if (k == "--repeats") {
-      f.repeats = std::atoi(v.c_str());
-    } else {
-      std::fprintf(stderr, "unknown flag %s\n", k.c_str());
-      std::exit(2);
-    }
-  }
+  CLI::App app("Structured-output cost: token mask per step, and decode with a grammar.",
+               "tq_bench_structured");
+  tq::bench::AddList(app, "--vocab", f.vocabs, "Synthetic vocabulary sizes");
+  app.add_option("--steps", f.steps)->capture_default_str();
+  app.add_option("--walks", f.walks)->capture_default_str();
+  app.add_option("--model", f.model, "Model directory: also measure decode");
+  app.add_option("--batch", f.batch)->capture_default_str();
+  app.add_option("--output-tokens", f.output_tokens)->capture_default_str();
+  app.add_option("--repeats", f.repeats)->capture_default_str();
+  tq::bench::ParseOrExit(app, argc, argv);
   return f;
 }
 
@@ -192,14 +181,9 @@ void MaskBench(const Flags& f) {
 
 double DecodeRun(tq::LoadedModel& m, const Flags& f,
                  const std::shared_ptr<const CompiledGrammar>& grammar, std::mt19937& rng) {
-  tq::SchedulerConfig c;
-  c.max_num_seqs = 256;
-  c.max_num_batched_tokens = 2048;
-  c.max_model_len = m.max_model_len;
-  c.block_size = m.executor->cache().layout().block_size;
-  c.num_blocks = m.executor->cache().layout().num_blocks;
-  c.eos_token_ids = m.files.config.eos_token_ids;
-  tq::EngineCore core(c, std::make_unique<tq::LlamaModelRunner>(m.executor.get()), nullptr);
+  tq::EngineOptions o;
+  o.max_num_batched_tokens = 2048;
+  const auto core = tq::MakeEngineCore(o, m, nullptr);
   std::uniform_int_distribution<int32_t> id(3, m.files.config.vocab_size - 1);
   for (int b = 0; b < f.batch; ++b) {
     tq::EngineRequest r;
@@ -211,12 +195,12 @@ double DecodeRun(tq::LoadedModel& m, const Flags& f,
     r.sampling.ignore_eos = true;
     r.sampling.max_tokens = f.output_tokens;
     r.sampling.grammar = grammar;
-    core.AddRequest(std::move(r), std::make_shared<tq::RequestStream>(std::to_string(b)),
-                    Clock::now());
+    core->AddRequest(std::move(r), std::make_shared<tq::RequestStream>(std::to_string(b)),
+                     Clock::now());
   }
-  core.Step();
+  core->Step();
   const auto start = Clock::now();
-  while (core.has_work()) core.Step();
+  while (core->has_work()) core->Step();
   return static_cast<double>(f.batch) * (f.output_tokens - 1) /
          std::chrono::duration<double>(Clock::now() - start).count();
 }

@@ -8,28 +8,25 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench/bench_flags.h"
 #include "engine/tokenizer/tokenizer.h"
 
 int main(int argc, char** argv) {
   std::string dir, file, mode = "whole";
   int repeats = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--dir")) dir = argv[i + 1];
-    if (!std::strcmp(argv[i], "--file")) file = argv[i + 1];
-    if (!std::strcmp(argv[i], "--repeats")) repeats = std::max(1, std::atoi(argv[i + 1]));
-    if (!std::strcmp(argv[i], "--mode")) mode = argv[i + 1];
-  }
-  if (dir.empty() || file.empty() || (mode != "whole" && mode != "lines")) {
-    std::fprintf(stderr, "usage: %s --dir DIR --file FILE [--repeats N] [--mode whole|lines]\n",
-                 argv[0]);
-    return 2;
-  }
+  CLI::App app("Tokenizer encode speed on a text file, one thread.", "tq_bench_tokenizer");
+  app.add_option("--dir", dir, "Model directory (tokenizer.json or tokenizer.model)")->required();
+  app.add_option("--file", file, "Text file")->required();
+  app.add_option("--repeats", repeats)->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--mode", mode, "whole: one Encode call; lines: one per line")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"whole", "lines"}));
+  tq::bench::ParseOrExit(app, argc, argv);
   std::ifstream in(file, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();

@@ -53,19 +53,11 @@ double TimeAllReduce(int world, size_t elems, double seconds) {
 int main(int argc, char** argv) {
   std::vector<long> worlds = {2, 4}, elems = {768, 12288, 4096, 2097152};
   double seconds = 0.5;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--worlds") {
-      worlds = tq::bench::ParseList(v);
-    } else if (k == "--elems") {
-      elems = tq::bench::ParseList(v);
-    } else if (k == "--seconds") {
-      seconds = std::atof(v.c_str());
-    } else {
-      std::fprintf(stderr, "unknown flag %s\n", k.c_str());
-      return 2;
-    }
-  }
+  CLI::App app("CPU all-reduce speed per world size and message size.", "tq_bench_tp_allreduce");
+  tq::bench::AddList(app, "--worlds", worlds, "Ranks");
+  tq::bench::AddList(app, "--elems", elems, "fp32 elements per all-reduce");
+  app.add_option("--seconds", seconds, "Time per size")->capture_default_str();
+  tq::bench::ParseOrExit(app, argc, argv);
   std::printf("%-6s %-10s %-12s %-12s %-10s\n", "world", "fp32 elems", "bytes", "us/call", "GB/s");
   for (long w : worlds) {
     for (long n : elems) {

@@ -18,11 +18,11 @@
 #include <cstdlib>
 #include <memory>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "bench/bench_flags.h"
+#include "bench/bench_util.h"
 #include "engine/kv/block_pool.h"
 #include "engine/runtime/model_loader.h"
 
@@ -75,8 +75,7 @@ double DecodeStep(tq::LoadedModel& m, int batch, int steps, uint32_t seed) {
     }
   }
   for (auto& t : tables) t.Release(pool);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return tq::bench::UpperMedian(times);
 }
 
 }  // namespace
@@ -87,31 +86,16 @@ int main(int argc, char** argv) {
   int steps = 32, repeats = 3;
   std::vector<int> threads = {0};
   std::string kv = "fp32";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--model") {
-      model = v;
-    } else if (k == "--tp") {
-      tps = tq::bench::ParseList<int>(v);
-    } else if (k == "--batch") {
-      batches = tq::bench::ParseList<int>(v);
-    } else if (k == "--steps") {
-      steps = std::atoi(v.c_str());
-    } else if (k == "--repeats") {
-      repeats = std::atoi(v.c_str());
-    } else if (k == "--threads") {
-      threads = tq::bench::ParseList<int>(v);
-    } else if (k == "--kv-cache-dtype") {
-      kv = v;
-    } else {
-      std::fprintf(stderr, "unknown flag %s\n", k.c_str());
-      return 2;
-    }
-  }
-  if (model.empty() || steps < 1 || repeats < 1) {
-    std::fprintf(stderr, "usage: tq_bench_tp_decode --model DIR [--tp 1,2] [--batch 1,16] ...\n");
-    return 2;
-  }
+  CLI::App app("Decode step under tensor parallelism vs one rank (CPU backend).",
+               "tq_bench_tp_decode");
+  app.add_option("--model", model, "Model directory")->required();
+  tq::bench::AddList(app, "--tp", tps, "Tensor-parallel sizes");
+  tq::bench::AddList(app, "--batch", batches, "Batch sizes");
+  app.add_option("--steps", steps)->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--repeats", repeats)->capture_default_str()->check(CLI::PositiveNumber);
+  tq::bench::AddList(app, "--threads", threads, "Threads: one value, or one per --tp value");
+  app.add_option("--kv-cache-dtype", kv)->capture_default_str()->check(tq::bench::KvDtypeName());
+  tq::bench::ParseOrExit(app, argc, argv);
   if (threads.size() == 1) threads.resize(tps.size(), threads[0]);
   if (threads.size() != tps.size()) {
     std::fprintf(stderr, "--threads needs one value or one per --tp value\n");
@@ -125,10 +109,7 @@ int main(int argc, char** argv) {
     o.num_threads = threads[t];
     o.tensor_parallel_size = tp;
     o.max_model_len = 256;
-    if (!tq::kernels::ParseKvDtype(kv, &o.kv_cache_dtype)) {
-      std::fprintf(stderr, "bad --kv-cache-dtype %s\n", kv.c_str());
-      return 2;
-    }
+    tq::kernels::ParseKvDtype(kv, &o.kv_cache_dtype);  // checked above
     // A pool (per rank) of max_batch sequences of max_model_len tokens.
     const tq::ModelConfig c = tq::LoadModelFiles(model).config;
     tq::kernels::KvLayout layout;
@@ -157,9 +138,7 @@ int main(int argc, char** argv) {
   for (size_t b = 0; b < batches.size(); ++b) {
     double base = 0;
     for (size_t t = 0; t < tps.size(); ++t) {
-      std::vector<double> v = ms[t][b];
-      std::sort(v.begin(), v.end());
-      const double med = v[v.size() / 2];
+      const double med = tq::bench::UpperMedian(ms[t][b]);
       if (t == 0) base = med;
       std::printf("%-4d %-8d %-6d %-14.3f %-12.1f %-10.2f\n", tps[t], threads[t], batches[b], med,
                   batches[b] * 1e3 / med, base / med);
