@@ -192,17 +192,9 @@ class Parser {
     if (pos_ + digits > text_.size()) Fail("truncated escape at offset " + At());
     uint32_t v = 0;
     for (int i = 0; i < digits; ++i) {
-      const char c = text_[pos_++];
-      v <<= 4;
-      if (c >= '0' && c <= '9') {
-        v |= static_cast<uint32_t>(c - '0');
-      } else if (c >= 'a' && c <= 'f') {
-        v |= static_cast<uint32_t>(c - 'a' + 10);
-      } else if (c >= 'A' && c <= 'F') {
-        v |= static_cast<uint32_t>(c - 'A' + 10);
-      } else {
-        Fail("bad hex digit in escape at offset " + At());
-      }
+      const int digit = utf8::HexDigit(text_[pos_++]);
+      if (digit < 0) Fail("bad hex digit in escape at offset " + At());
+      v = (v << 4) | static_cast<uint32_t>(digit);
     }
     if (v > kMaxCodePoint) Fail("code point out of range at offset " + At());
     return v;

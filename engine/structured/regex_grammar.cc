@@ -10,6 +10,7 @@
 #include "engine/structured/code_ranges.h"
 #include "engine/structured/grammar.h"
 #include "engine/structured/json_schema.h"
+#include "engine/tokenizer/utf8.h"
 
 namespace tq::structured {
 namespace {
@@ -145,17 +146,9 @@ class RegexParser {
     if (pos_ + digits > p_.size()) Unsupported("pattern", "truncated escape");
     uint32_t v = 0;
     for (int i = 0; i < digits; ++i) {
-      const char c = p_[pos_++];
-      v <<= 4;
-      if (c >= '0' && c <= '9') {
-        v |= static_cast<uint32_t>(c - '0');
-      } else if (c >= 'a' && c <= 'f') {
-        v |= static_cast<uint32_t>(c - 'a' + 10);
-      } else if (c >= 'A' && c <= 'F') {
-        v |= static_cast<uint32_t>(c - 'A' + 10);
-      } else {
-        Unsupported("pattern", "bad hex escape");
-      }
+      const int digit = utf8::HexDigit(p_[pos_++]);
+      if (digit < 0) Unsupported("pattern", "bad hex escape");
+      v = (v << 4) | static_cast<uint32_t>(digit);
     }
     return v;
   }

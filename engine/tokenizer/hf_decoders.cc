@@ -133,15 +133,9 @@ class ByteFallback final : public Decoder {
   }
 
  private:
-  static int Hex(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-  }
   static int ByteOf(const std::string& t) {
     if (t.size() != 6 || !t.starts_with("<0x") || t[5] != '>') return -1;
-    const int hi = Hex(t[3]), lo = Hex(t[4]);
+    const int hi = utf8::HexDigit(t[3]), lo = utf8::HexDigit(t[4]);
     return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
   }
 };

@@ -18,6 +18,14 @@ inline size_t SeqLen(unsigned char lead) {
   return 1;
 }
 
+/// The value of hex digit `c` (0-9, a-f, A-F), -1 for any other character.
+inline int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
 /// The code point at s[i] of valid UTF-8 `s`; advances `i` past it.
 char32_t Next(std::string_view s, size_t& i);
 /// Appends code point `cp` as UTF-8.
