@@ -52,14 +52,16 @@ struct Format {
   bool asymmetric;
 };
 
-// fp32p: fp32 repacked by the CPU backend's PrepareWeight (kF32Panels), what
-// the engine runs for fp32 weights; int8t/int4t(a): int8/int4 repacked into
+// fp32p/f16p/bf16p: repacked by the CPU backend's PrepareWeight into column
+// panels (kF32Panels/kF16Panels/kBF16Panels), what the engine runs for dense
+// weights; int8t/int4t(a): int8/int4 repacked into
 // int tiles for the integer-unit kernels (TQ_CPU_INT_MATMUL picks the ISA),
 // while int8/int4 run the float kernels on row-major codes; "x fp32" is always relative to plain
 // fp32.
 const Format kAllFormats[] = {
     {"fp32", WeightDtype::kF32, false},        {"fp32p", WeightDtype::kF32Panels, false},
     {"f16", WeightDtype::kF16, false},         {"bf16", WeightDtype::kBF16, false},
+    {"f16p", WeightDtype::kF16Panels, false},  {"bf16p", WeightDtype::kBF16Panels, false},
     {"int8", WeightDtype::kInt8, false},       {"int8a", WeightDtype::kInt8, true},
     {"int4", WeightDtype::kInt4, false},       {"int4a", WeightDtype::kInt4, true},
     {"int8t", WeightDtype::kInt8Tiles, false}, {"int8ta", WeightDtype::kInt8Tiles, true},
@@ -102,7 +104,7 @@ struct Weight {
   std::vector<uint8_t> data;
   std::vector<uint16_t> scales, zeros;
   tq::kernels::WeightView view;
-  tq::kernels::BackendBuffer storage;  // kF32Panels / int tiles copy
+  tq::kernels::BackendBuffer storage;  // panels / int tiles copy
   size_t bytes = 0;                    // what one matmul reads
 };
 

@@ -63,10 +63,12 @@ void CheckWeightView(std::string_view backend, std::string_view op, const Weight
     case WeightDtype::kBF16:
       return;
     case WeightDtype::kF32Panels:
-      if (w.out_features % kF32PanelCols != 0) {
+    case WeightDtype::kF16Panels:
+    case WeightDtype::kBF16Panels:
+      if (w.out_features % kPanelCols != 0) {
         throw std::invalid_argument(where + "has " + std::to_string(w.out_features) +
                                     " output features, not whole panels of " +
-                                    std::to_string(kF32PanelCols));
+                                    std::to_string(kPanelCols));
       }
       return;
     case WeightDtype::kInt8:

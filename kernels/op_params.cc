@@ -20,6 +20,10 @@ std::string WeightDtypeName(WeightDtype dtype) {
       return "int8 tiles";
     case WeightDtype::kInt4Tiles:
       return "int4 tiles";
+    case WeightDtype::kF16Panels:
+      return "fp16 panels";
+    case WeightDtype::kBF16Panels:
+      return "bf16 panels";
   }
   return "unknown(" + std::to_string(static_cast<int>(dtype)) + ")";
 }
@@ -28,6 +32,10 @@ WeightDtype LogicalWeightDtype(WeightDtype dtype) {
   switch (dtype) {
     case WeightDtype::kF32Panels:
       return WeightDtype::kF32;
+    case WeightDtype::kF16Panels:
+      return WeightDtype::kF16;
+    case WeightDtype::kBF16Panels:
+      return WeightDtype::kBF16;
     case WeightDtype::kInt8Tiles:
       return WeightDtype::kInt8;
     case WeightDtype::kInt4Tiles:

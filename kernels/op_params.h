@@ -21,11 +21,12 @@ namespace tq::kernels {
 ///   kInt8: one uint8 code per weight, rows of in_features bytes.
 ///   kInt4: two codes per byte, element 2j in the low nibble and 2j+1 in the
 ///          high nibble, rows of in_features / 2 bytes.
-/// kF32Panels is fp32 repacked by the CPU backend's PrepareWeight into column
-/// panels of kF32PanelCols output features, k-major inside a panel: w[o, i]
-/// is at [o / kF32PanelCols][i][o % kF32PanelCols] (the layout of BLIS/GotoBLAS
-/// packed B panels); out_features is a multiple of kF32PanelCols, so the copy
-/// has the same bytes. Only that backend reads it.
+/// kF32Panels / kF16Panels / kBF16Panels are fp32 / fp16 / bf16 repacked by the
+/// CPU backend's PrepareWeight into column panels of kPanelCols output
+/// features, k-major inside a panel: w[o, i] is at [o / kPanelCols][i][o %
+/// kPanelCols] (the layout of BLIS/GotoBLAS packed B panels); out_features is
+/// a multiple of kPanelCols, so the copy has the same bytes. Only that
+/// backend reads them.
 /// kInt8Tiles / kInt4Tiles are int8 / int4 repacked by the CPU backend's
 /// PrepareWeight for its integer-dot-product kernels (kernels/cpu/cpu_int_matmul.cc):
 /// the same codes, scales and zeros, reordered so that one 64-byte load holds
@@ -44,7 +45,9 @@ enum class WeightDtype : uint8_t {
   kInt4,
   kF32Panels,
   kInt8Tiles,
-  kInt4Tiles
+  kInt4Tiles,
+  kF16Panels,
+  kBF16Panels
 };
 
 /// Output features per tile of a kInt8Tiles / kInt4Tiles weight, and the
@@ -53,16 +56,17 @@ enum class WeightDtype : uint8_t {
 constexpr int32_t kIntTileRows = 16;
 constexpr int32_t kIntTileMaxGroup = 512;
 
-/// The plain format a repacked layout stores (kF32Panels -> kF32,
-/// kInt8Tiles -> kInt8, kInt4Tiles -> kInt4; others unchanged).
+/// The plain format a repacked layout stores (kF32Panels -> kF32, kF16Panels
+/// -> kF16, kBF16Panels -> kBF16, kInt8Tiles -> kInt8, kInt4Tiles -> kInt4;
+/// others unchanged).
 WeightDtype LogicalWeightDtype(WeightDtype dtype);
 
 /// "fp32", "fp16", "bf16", "int8", "int4", "fp32 panels": for error messages,
 /// and (panels counted as fp32) the precision label of weight memory metrics.
 std::string WeightDtypeName(WeightDtype dtype);
 
-/// Output features per panel of a kF32Panels weight.
-constexpr int32_t kF32PanelCols = 64;
+/// Output features per panel of a kF32Panels / kF16Panels / kBF16Panels weight.
+constexpr int32_t kPanelCols = 64;
 
 /// A linear layer's weight, Hugging Face layout: [out_features, in_features]
 /// row-major, so y = x · Wᵀ.

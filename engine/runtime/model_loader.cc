@@ -91,7 +91,7 @@ size_t DeviceKvBudget(const LoadedModel& m, const kernels::Backend& backend,
 // Identifies the model in saved calibration stats: FNV-1a over the shape and
 // the checkpoint's stored layer-0 key projection (cheap; any other checkpoint,
 // even one of the same shape, differs). The stored bytes, not the loaded
-// ones, so that the backend's layout (the CPU's fp32 panels), --dtype and the
+// ones, so that the backend's layout (the CPU's panels), --dtype and the
 // tensor-parallel split do not change it: a file calibrated on one loads on
 // any other.
 std::string ModelFingerprint(const LoadedModel& m) {

@@ -71,14 +71,15 @@ class CpuBackend final : public Backend {
     }
     // Packed only when whole panels cover it (true of every real model's
     // matrices), so memory accounting stays exact; others keep the dot kernel.
-    if (w.dtype != WeightDtype::kF32 || !cpu::CanPackF32Panels(w.out_features)) return w;
-    *storage = BackendBuffer(this, sizeof(float) * static_cast<size_t>(w.out_features) *
-                                       static_cast<size_t>(w.in_features));
-    cpu::PackF32Panels(static_cast<const float*>(w.data), w.out_features, w.in_features,
-                       storage->as<float>());
+    const WeightDtype panels = cpu::PanelDtype(w);
+    if (panels == w.dtype) return w;
+    const size_t element = w.dtype == WeightDtype::kF32 ? 4 : 2;
+    *storage = BackendBuffer(
+        this, element * static_cast<size_t>(w.out_features) * static_cast<size_t>(w.in_features));
+    cpu::PackPanels(w, storage->data());
     WeightView packed = w;
     packed.data = storage->data();
-    packed.dtype = WeightDtype::kF32Panels;
+    packed.dtype = panels;
     return packed;
   }
 
@@ -89,7 +90,9 @@ class CpuBackend final : public Backend {
         cpu::MatMul(p, pool_);
         break;
       case WeightDtype::kF32Panels:
-        cpu::MatMulF32Panels(p, pool_);
+      case WeightDtype::kF16Panels:
+      case WeightDtype::kBF16Panels:
+        cpu::MatMulPanels(p, pool_);
         break;
       case WeightDtype::kInt8Tiles:
       case WeightDtype::kInt4Tiles:

@@ -27,32 +27,6 @@ inline float HalfBitsToFloat(uint16_t h) {
 #endif
 }
 
-// Weights [i, i + kLanes) of a 16-bit row widened to fp32 (exact).
-template <WeightDtype D>
-inline Vec LoadWide(const uint16_t* row, int64_t i) {
-#if defined(__AVX512F__)
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + i));
-  if constexpr (D == WeightDtype::kF16) {
-    return reinterpret_cast<Vec>(_mm512_cvtph_ps(h));
-  } else {
-    return reinterpret_cast<Vec>(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-#elif defined(__AVX2__) && defined(__F16C__)
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + i));
-  if constexpr (D == WeightDtype::kF16) {
-    return reinterpret_cast<Vec>(_mm256_cvtph_ps(h));
-  } else {
-    return reinterpret_cast<Vec>(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  }
-#else
-  Vec v{};
-  for (int j = 0; j < kLanes; ++j) {
-    v[j] = D == WeightDtype::kF16 ? HalfToFloat(row[i + j]) : Bf16ToFloat(row[i + j]);
-  }
-  return v;
-#endif
-}
-
 // Codes of inputs [i, i + kLanes) of one row as floats (not yet shifted or
 // scaled). kInt8: one byte per code; kInt4: element 2j in the low nibble of
 // byte j.

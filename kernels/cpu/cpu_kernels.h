@@ -11,16 +11,20 @@ namespace tq::kernels::cpu {
 /// out = x · Wᵀ, register-blocked and split over output features.
 void MatMul(const MatMulParams& p, ThreadPool& pool);
 
-/// Whether an fp32 weight with this many output features has a kF32Panels
-/// layout (whole panels only, so packing adds no bytes).
-bool CanPackF32Panels(int32_t out_features);
+/// The panel layout of a weight (kF32 -> kF32Panels, kF16 -> kF16Panels,
+/// kBF16 -> kBF16Panels), or the weight's own dtype when it has none: other
+/// formats, or out_features not whole panels of kPanelCols (packing then
+/// would add bytes).
+WeightDtype PanelDtype(const WeightView& w);
 
-/// Packs fp32 w [out_features, in_features] into kF32Panels layout (op_params.h);
-/// `packed` holds out_features * in_features floats. Needs CanPackF32Panels.
-void PackF32Panels(const float* w, int32_t out_features, int32_t in_features, float* packed);
+/// Packs w [out_features, in_features] (fp32, fp16 or bf16, row-major) into
+/// PanelDtype(w)'s layout (op_params.h); `packed` holds the same number of
+/// bytes as w. Needs PanelDtype(w) != w.dtype.
+void PackPanels(const WeightView& w, void* packed);
 
-/// out = x · Wᵀ for a kF32Panels weight (outer-product micro-kernel).
-void MatMulF32Panels(const MatMulParams& p, ThreadPool& pool);
+/// out = x · Wᵀ for a kF32Panels, kF16Panels or kBF16Panels weight
+/// (outer-product micro-kernel; 16-bit elements widened in registers).
+void MatMulPanels(const MatMulParams& p, ThreadPool& pool);
 
 /// out = x · Wᵀ for f16, bf16, int8 and int4 weights (validated by the
 /// caller): decodes a cache-sized block of W rows per thread at a time and

@@ -16,6 +16,7 @@
 
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/x86_intrin.h"
+#include "kernels/half.h"
 #include "kernels/op_params.h"
 
 namespace tq::kernels::cpu {
@@ -58,6 +59,32 @@ inline float MulAdd(float a, float b, float acc) {
   return std::fma(a, b, acc);
 #else
   return acc + a * b;
+#endif
+}
+
+/// Weights [i, i + kLanes) of a 16-bit (kF16 or kBF16) row widened to fp32 (exact).
+template <WeightDtype D>
+inline Vec LoadWide(const uint16_t* row, int64_t i) {
+#if defined(__AVX512F__)
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + i));
+  if constexpr (D == WeightDtype::kF16) {
+    return reinterpret_cast<Vec>(_mm512_cvtph_ps(h));
+  } else {
+    return reinterpret_cast<Vec>(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+#elif defined(__AVX2__) && defined(__F16C__)
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + i));
+  if constexpr (D == WeightDtype::kF16) {
+    return reinterpret_cast<Vec>(_mm256_cvtph_ps(h));
+  } else {
+    return reinterpret_cast<Vec>(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+#else
+  Vec v{};
+  for (int j = 0; j < kLanes; ++j) {
+    v[j] = D == WeightDtype::kF16 ? HalfToFloat(row[i + j]) : Bf16ToFloat(row[i + j]);
+  }
+  return v;
 #endif
 }
 

@@ -118,9 +118,19 @@ void DecodeWeightRow(const WeightView& w, int64_t o, float* dst) {
       DecodeBf16(static_cast<const uint16_t*>(w.data) + o * k, k, dst);
       return;
     case WeightDtype::kF32Panels: {
-      const float* panel =
-          static_cast<const float*>(w.data) + o / kF32PanelCols * kF32PanelCols * k;
-      for (int64_t i = 0; i < k; ++i) dst[i] = panel[i * kF32PanelCols + o % kF32PanelCols];
+      const float* panel = static_cast<const float*>(w.data) + o / kPanelCols * kPanelCols * k;
+      for (int64_t i = 0; i < k; ++i) dst[i] = panel[i * kPanelCols + o % kPanelCols];
+      return;
+    }
+    case WeightDtype::kF16Panels:
+    case WeightDtype::kBF16Panels: {
+      const uint16_t* panel =
+          static_cast<const uint16_t*>(w.data) + o / kPanelCols * kPanelCols * k;
+      const bool f16 = w.dtype == WeightDtype::kF16Panels;
+      for (int64_t i = 0; i < k; ++i) {
+        const uint16_t h = panel[i * kPanelCols + o % kPanelCols];
+        dst[i] = f16 ? HalfToFloat(h) : Bf16ToFloat(h);
+      }
       return;
     }
     case WeightDtype::kInt8Tiles:

@@ -269,8 +269,9 @@ void CudaBackend::MatMul(const MatMulParams& p) {
   CheckMatMul(kName, p);
   if (p.rows == 0) return;
   const WeightView& w = p.w;
-  if (w.dtype == WeightDtype::kF32Panels) {
-    throw std::invalid_argument("cuda MatMul: kF32Panels is the CPU backend's private layout");
+  if (w.dtype != LogicalWeightDtype(w.dtype)) {  // panels, int tiles
+    throw std::invalid_argument("cuda MatMul: " + WeightDtypeName(w.dtype) +
+                                " is the CPU backend's private layout");
   }
   Select();
   if (w.dtype == WeightDtype::kInt8 || w.dtype == WeightDtype::kInt4) {

@@ -258,7 +258,7 @@ std::vector<float> RunMatMul(Backend* be, const std::vector<float>& x, const std
   if (prepared) {
     p.w = be->PrepareWeight(p.w, &packed);
     // Whole 64-column panels only; other shapes keep the row-major kernel.
-    const bool packs = c.out % kF32PanelCols == 0;
+    const bool packs = c.out % kPanelCols == 0;
     EXPECT_EQ(p.w.dtype, packs ? WeightDtype::kF32Panels : WeightDtype::kF32);
     if (packs) d_w.Reset();  // the packed copy must not read the original
   }

@@ -168,20 +168,26 @@ std::vector<float> RandomActivations(int rows, int in, uint32_t seed) {
   return x;
 }
 
-// out (rows x out, plus guard) after one MatMul; `init` is out's prior content.
-std::vector<float> RunMatMul(Backend* be, const TestWeight& w, const std::vector<float>& x,
+// out (rows x out, plus guard) after one MatMul with weight view `view` (w's
+// own, or a layout the backend prepared from it); `init` is out's prior content.
+std::vector<float> RunMatMul(Backend* be, const WeightView& view, const std::vector<float>& x,
                              int rows, const std::vector<float>* init) {
-  std::vector<float> out(static_cast<size_t>(rows) * w.out, kNaN);
+  std::vector<float> out(static_cast<size_t>(rows) * view.out_features, kNaN);
   if (init) out = *init;
   out.resize(out.size() + kGuard, kGuardValue);
   MatMulParams p;
   p.x = x.data();
-  p.w = w.View();
+  p.w = view;
   p.out = out.data();
   p.rows = rows;
   p.accumulate = init != nullptr;
   be->MatMul(p);  // the CPU backend's memory is host memory
   return out;
+}
+
+std::vector<float> RunMatMul(Backend* be, const TestWeight& w, const std::vector<float>& x,
+                             int rows, const std::vector<float>* init) {
+  return RunMatMul(be, w.View(), x, rows, init);
 }
 
 void ExpectMatchesReference(const TestWeight& w, const std::vector<float>& x, int rows,
@@ -331,6 +337,63 @@ TEST(QuantMatMulBits, EqualsFp32MatMulOfDequantizedWeights) {
     const auto got = RunMatMul(be.get(), w, x, rows, nullptr);
     ASSERT_EQ(0, std::memcmp(got.data(), expected.data(), expected.size() * sizeof(float)))
         << Describe(w);
+  }
+}
+
+// fp16/bf16 weights repacked by PrepareWeight into column panels
+// (kF16Panels/kBF16Panels, the layout prefill and decode both read): the
+// float64 reference over the exact widened weights for every row count, with
+// and without accumulate; each row's bits the same alone or in a batch and on
+// 1 or 2 threads; the same bits as the fp32 panels of the widened weights
+// (one order of summation for every panel format); shapes that are not whole
+// panels keep their row-major format.
+TEST(PanelMatMul, SixteenBitPanelsMatchFloat64AndTheFp32PanelsBitForBit) {
+  uint32_t seed = 700;
+  for (WeightDtype dtype : {WeightDtype::kF16, WeightDtype::kBF16}) {
+    const WeightDtype panels =
+        dtype == WeightDtype::kF16 ? WeightDtype::kF16Panels : WeightDtype::kBF16Panels;
+    for (const Shape& s : {Shape{64, 96, 0}, Shape{128, 172, 0}, Shape{192, 7, 0}}) {
+      const TestWeight w = MakeWeight(dtype, s.out, s.in, 0, true, ++seed);
+      std::vector<float> dense(w.reference.begin(), w.reference.end());  // exact
+      const WeightView fp32{dense.data(), WeightDtype::kF32, w.out, w.in, nullptr, nullptr, 0};
+      const int batch = 17;
+      const auto x = RandomActivations(batch, w.in, ++seed);
+      std::vector<float> first;
+      for (int threads : {1, 2}) {
+        auto be = CreateCpuBackend(threads);
+        BackendBuffer storage, fp32_storage;
+        const WeightView v = be->PrepareWeight(w.View(), &storage);
+        ASSERT_EQ(v.dtype, panels) << Describe(w);
+        const WeightView v32 = be->PrepareWeight(fp32, &fp32_storage);
+        ASSERT_EQ(v32.dtype, WeightDtype::kF32Panels);
+        for (int rows : kRows) {
+          const auto xr = RandomActivations(rows, w.in, ++seed);
+          ExpectMatchesReference(w, xr, rows, RunMatMul(be.get(), v, xr, rows, nullptr), nullptr);
+          const auto init = RandomActivations(rows, w.out, ++seed);
+          ExpectMatchesReference(w, xr, rows, RunMatMul(be.get(), v, xr, rows, &init), &init);
+        }
+        const auto batched = RunMatMul(be.get(), v, x, batch, nullptr);
+        const auto as_fp32 = RunMatMul(be.get(), v32, x, batch, nullptr);
+        ASSERT_EQ(0, std::memcmp(batched.data(), as_fp32.data(), batched.size() * sizeof(float)))
+            << Describe(w) << " differs from the fp32 panels, threads " << threads;
+        if (first.empty()) first = batched;
+        ASSERT_EQ(0, std::memcmp(batched.data(), first.data(), batched.size() * sizeof(float)))
+            << Describe(w) << " threads " << threads;
+        for (int r = 0; r < batch; ++r) {
+          const std::vector<float> row(x.begin() + static_cast<ptrdiff_t>(r) * w.in,
+                                       x.begin() + static_cast<ptrdiff_t>(r + 1) * w.in);
+          const auto single = RunMatMul(be.get(), v, row, 1, nullptr);
+          ASSERT_EQ(0, std::memcmp(single.data(), batched.data() + static_cast<size_t>(r) * w.out,
+                                   static_cast<size_t>(w.out) * sizeof(float)))
+              << Describe(w) << " row " << r << " alone differs from the batch";
+        }
+      }
+    }
+    // 100 output features are not whole panels of 64: kept row-major.
+    auto be = CreateCpuBackend(1);
+    BackendBuffer storage;
+    const TestWeight odd = MakeWeight(dtype, 100, 64, 0, true, ++seed);
+    EXPECT_EQ(be->PrepareWeight(odd.View(), &storage).dtype, dtype);
   }
 }
 

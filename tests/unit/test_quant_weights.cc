@@ -335,13 +335,20 @@ TEST_F(QuantWeightsTest, Bf16CheckpointKeepsBf16EmbeddingsAndUntiedHead) {
   const LlamaWeights w = LoadLlamaWeights(Path("m"), mf.config, backend_.get(), {}, opts);
   EXPECT_EQ(w.embed_tokens.dtype, kernels::WeightDtype::kBF16);
   ASSERT_FALSE(w.lm_head.empty());
-  EXPECT_EQ(w.lm_head.dtype, kernels::WeightDtype::kBF16);
+  // bf16, in the CPU backend's panel layout (512 rows are whole panels of 64).
+  EXPECT_EQ(w.lm_head.dtype, kernels::WeightDtype::kBF16Panels);
   EXPECT_EQ(w.LmHeadView(512).data, w.lm_head.data.data());
   EXPECT_EQ(w.BytesByPrecision().at("bf16"), 2u * 512 * 64 * 2);
-  // bf16 -> bf16 is a copy: the stored bits are the checkpoint's.
+  // bf16 -> bf16 is a copy: every stored weight is the checkpoint's (read
+  // back through the panel layout; bf16 widens to fp32 exactly).
   const SafetensorsCheckpoint ckpt(Path("m"));
   const TensorInfo& t = ckpt.Require("lm_head.weight", {512, 64});
-  EXPECT_EQ(0, std::memcmp(w.lm_head.data.data(), t.data, t.nbytes));
+  std::vector<float> want(512 * 64), row(64);
+  t.ToFloat(want.data());
+  for (int o = 0; o < 512; ++o) {
+    kernels::cpu::DecodeWeightRow(w.LmHeadView(512), o, row.data());
+    ASSERT_EQ(0, std::memcmp(row.data(), want.data() + o * 64, 64 * sizeof(float))) << o;
+  }
 }
 
 }  // namespace
@@ -367,7 +374,8 @@ TEST_F(QuantWeightsTest, DenseDtypeFollowsVllmDtype) {
   EXPECT_EQ(load(Path("m"), mf.config, DenseDtype::kDefault).layers[0].gate_proj.dtype,
             kernels::WeightDtype::kF32);
   const LlamaWeights a = load(Path("m"), mf.config, DenseDtype::kAuto);
-  EXPECT_EQ(a.layers[4].down_proj.dtype, kernels::WeightDtype::kBF16);
+  // bf16 (down_proj, 64 x 172, in the CPU backend's bf16 panels).
+  EXPECT_EQ(a.layers[4].down_proj.dtype, kernels::WeightDtype::kBF16Panels);
   EXPECT_EQ(a.embed_tokens.dtype, kernels::WeightDtype::kBF16);
   // Linears and embeddings 2 bytes per parameter, 11 norms of 64 fp32.
   const size_t params = 512 * 64 + 5 * 45312;
@@ -377,13 +385,16 @@ TEST_F(QuantWeightsTest, DenseDtypeFollowsVllmDtype) {
   EXPECT_EQ(load(TQ_MODEL_DIR, files_.config, DenseDtype::kAuto).BytesByPrecision(),
             (std::map<std::string, size_t>{{"fp32", 1040128}}));
   const LlamaWeights h = load(TQ_MODEL_DIR, files_.config, DenseDtype::kFloat16);
-  ASSERT_EQ(h.layers[2].o_proj.dtype, kernels::WeightDtype::kF16);
+  // fp16, in the CPU backend's fp16 panels (64 x 64: one panel).
+  ASSERT_EQ(h.layers[2].o_proj.dtype, kernels::WeightDtype::kF16Panels);
   const SafetensorsCheckpoint ckpt(TQ_MODEL_DIR);
-  std::vector<float> o(64 * 64);
+  std::vector<float> o(64 * 64), row(64);
   ckpt.Require("model.layers.2.self_attn.o_proj.weight", {64, 64}).ToFloat(o.data());
-  const auto* bits = h.layers[2].o_proj.data.as<const uint16_t>();
-  for (size_t i = 0; i < o.size(); ++i) {
-    ASSERT_EQ(HalfValue(bits[i]), static_cast<float>(static_cast<_Float16>(o[i]))) << i;
+  for (int r = 0; r < 64; ++r) {
+    kernels::cpu::DecodeWeightRow(h.layers[2].o_proj.View(), r, row.data());
+    for (int i = 0; i < 64; ++i) {
+      ASSERT_EQ(row[i], static_cast<float>(static_cast<_Float16>(o[r * 64 + i]))) << r << "," << i;
+    }
   }
 }
 
