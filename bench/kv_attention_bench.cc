@@ -49,6 +49,7 @@
 
 #include "bench/bench_flags.h"
 #include "bench/bench_util.h"
+#include "engine/kv/block_hash.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/kv/tq_codec_state.h"
 #include "engine/model/model_config.h"
@@ -111,15 +112,6 @@ Args ParseArgs(int argc, char** argv) {
           CLI::CheckedTransformer(std::map<std::string, bool>{{"wall", false}, {"cpu", true}}));
   tq::bench::ParseOrExit(app, argc, argv);
   return a;
-}
-
-// FNV-1a of the bits of v: equal outputs of two builds (a kernel change that
-// must not move any bit) give equal hashes.
-uint64_t Fnv1a(const std::vector<float>& v) {
-  uint64_t h = 1469598103934665603ull;
-  const auto* b = reinterpret_cast<const uint8_t*>(v.data());
-  for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ull;
-  return h;
 }
 
 // Reads a buffer larger than the last-level cache so the next call's KV comes
@@ -420,7 +412,9 @@ int main(int argc, char** argv) try {
           backends[ti]->PagedAttention(p);
           const double s = args.cpu_clock ? ProcessCpuSeconds() - c0 : Seconds(t0, Clock::now());
           if (r > 0) samples[sample_index(ci, ti, di)].push_back(s);
-          checksums[sample_index(ci, ti, di)] = Fnv1a(out);
+          // FNV-1a of the output's bits: equal outputs of two builds (a kernel
+          // change that must not move any bit) give equal hashes.
+          checksums[sample_index(ci, ti, di)] = tq::Fnv1a(out.data(), out.size() * sizeof(float));
         }
       }
     }

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "bench/bench_flags.h"
+#include "bench/bench_util.h"
 #include "engine/runtime/engine_core.h"
 #include "engine/runtime/model_loader.h"
 #include "engine/structured/grammar_cache.h"
@@ -38,6 +39,7 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using tq::bench::Percentile;
 using tq::structured::CompiledGrammar;
 using tq::structured::TokenVocabulary;
 
@@ -128,11 +130,6 @@ const char* kNestedSchema = R"({"type": "object", "properties": {
   "status": {"enum": ["active", "inactive", "pending"]},
   "scores": {"type": "array", "items": {"type": "number"}}},
   "required": ["id", "name", "owner", "status"]})";
-
-double Percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
-}
 
 void MaskBench(const Flags& f) {
   std::printf("%-8s %-14s %10s %9s %9s %9s %9s %8s %8s %9s\n", "vocab", "grammar", "compile_ms",

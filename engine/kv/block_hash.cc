@@ -6,15 +6,6 @@
 namespace tq {
 namespace {
 
-constexpr uint64_t kFnvOffset = 1469598103934665603ull;
-constexpr uint64_t kFnvPrime = 1099511628211ull;
-
-uint64_t Fnv(uint64_t h, const void* data, size_t n) {
-  const auto* b = static_cast<const uint8_t*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * kFnvPrime;
-  return h;
-}
-
 // splitmix64's finalizer: spreads FNV's weak low bits over the whole word.
 uint64_t Mix(uint64_t x) {
   x ^= x >> 30;
@@ -26,18 +17,24 @@ uint64_t Mix(uint64_t x) {
 
 }  // namespace
 
+uint64_t Fnv1a(const void* data, size_t n, uint64_t h) {
+  const auto* b = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
 BlockHash PrefixCacheSeed(std::string_view kv_dtype, std::string_view calibration_fingerprint,
                           uint64_t extra) {
-  uint64_t h = Fnv(kFnvOffset, kv_dtype.data(), kv_dtype.size());
-  h = Fnv(h, "\0", 1);
-  h = Fnv(h, calibration_fingerprint.data(), calibration_fingerprint.size());
-  h = Fnv(h, &extra, sizeof(extra));
+  uint64_t h = Fnv1a(kv_dtype.data(), kv_dtype.size());
+  h = Fnv1a("\0", 1, h);
+  h = Fnv1a(calibration_fingerprint.data(), calibration_fingerprint.size(), h);
+  h = Fnv1a(&extra, sizeof(extra), h);
   return Mix(h);
 }
 
 BlockHash HashBlock(BlockHash parent, std::span<const int32_t> tokens) {
-  uint64_t h = Fnv(kFnvOffset, &parent, sizeof(parent));
-  h = Fnv(h, tokens.data(), tokens.size_bytes());
+  uint64_t h = Fnv1a(&parent, sizeof(parent));
+  h = Fnv1a(tokens.data(), tokens.size_bytes(), h);
   return Mix(h);
 }
 
@@ -51,7 +48,7 @@ void ExtendBlockHashes(BlockHash seed, std::span<const int32_t> tokens, int32_t 
 }
 
 std::string_view FingerprintFloats(std::span<const float> floats, char (&hex)[17]) {
-  const uint64_t h = Fnv(kFnvOffset, floats.data(), floats.size_bytes());
+  const uint64_t h = Fnv1a(floats.data(), floats.size_bytes());
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
   return {hex, 16};
 }

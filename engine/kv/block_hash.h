@@ -3,6 +3,7 @@
 // block's token ids and extra keys, as vLLM v1's automatic prefix caching).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -15,6 +16,10 @@ namespace tq {
 /// ids (BlockPool::Lookup), so a collision needs equal tokens and a 64-bit
 /// collision of the chained prefix hash.
 using BlockHash = uint64_t;
+
+/// FNV-1a over `n` bytes at `data`, continuing from `h` (by default this
+/// project's start value, 1469598103934665603, which every stored hash uses).
+uint64_t Fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull);
 
 /// The hash chain's start for one engine: everything besides the tokens that
 /// changes the K/V a block holds — the KV dtype name and the calibration

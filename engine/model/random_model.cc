@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "engine/common/error.h"
+#include "engine/kv/block_hash.h"
 #include "kernels/half.h"
 
 namespace tq {
@@ -32,12 +33,6 @@ uint64_t SplitMix64(uint64_t& state) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
-}
-
-uint64_t Fnv1a(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  return h;
 }
 
 // Approximately N(0, 1): Irwin-Hall sum of four 16-bit uniforms from one
@@ -205,7 +200,7 @@ std::vector<TensorToWrite> TensorList(const RandomModelSpec& spec) {
   // N(1, 0.2²), so that a test against a reference sees them.
   auto add_dist = [&](const std::string& name, std::vector<int64_t> shape, float mean, float std) {
     const TensorDtype dtype = spec.dtype;
-    uint64_t seed_state = spec.seed ^ Fnv1a(name);
+    uint64_t seed_state = spec.seed ^ Fnv1a(name.data(), name.size(), 0xcbf29ce484222325ull);
     const uint64_t tensor_seed = SplitMix64(seed_state);
     out.push_back({name, dtype, std::move(shape), [=](uint8_t* dst, size_t nbytes) {
                      FillTensor(dst, nbytes, dtype, mean, std, tensor_seed);

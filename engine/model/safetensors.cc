@@ -49,20 +49,16 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+// The dtype whose TensorDtypeName is `s`.
 bool ParseDtype(const std::string& s, TensorDtype* dtype) {
-  if (s == "F32")
-    *dtype = TensorDtype::kF32;
-  else if (s == "F16")
-    *dtype = TensorDtype::kF16;
-  else if (s == "BF16")
-    *dtype = TensorDtype::kBF16;
-  else if (s == "U8")
-    *dtype = TensorDtype::kU8;
-  else if (s == "I8")
-    *dtype = TensorDtype::kI8;
-  else
-    return false;
-  return true;
+  for (TensorDtype d : {TensorDtype::kF32, TensorDtype::kF16, TensorDtype::kBF16, TensorDtype::kU8,
+                        TensorDtype::kI8}) {
+    if (s == TensorDtypeName(d)) {
+      *dtype = d;
+      return true;
+    }
+  }
+  return false;
 }
 
 // A JSON value that must be a non-negative integer; returns false otherwise.
@@ -188,17 +184,11 @@ void TensorInfo::ToFloat(float* out) const {
       if (n) std::memcpy(out, data, n * 4);
       break;
     case TensorDtype::kF16:
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, data + 2 * i, 2);
-        out[i] = kernels::HalfToFloat(h);
-      }
-      break;
     case TensorDtype::kBF16:
       for (size_t i = 0; i < n; ++i) {
         uint16_t h;
         std::memcpy(&h, data + 2 * i, 2);
-        out[i] = kernels::Bf16ToFloat(h);
+        out[i] = dtype == TensorDtype::kF16 ? kernels::HalfToFloat(h) : kernels::Bf16ToFloat(h);
       }
       break;
     case TensorDtype::kU8:

@@ -96,18 +96,13 @@ size_t DeviceKvBudget(const LoadedModel& m, const kernels::Backend& backend,
 // any other.
 std::string ModelFingerprint(const LoadedModel& m) {
   const ModelConfig& c = m.files.config;
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](const void* data, size_t n) {
-    const auto* b = static_cast<const uint8_t*>(data);
-    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  };
   const int32_t shape[] = {c.num_hidden_layers, c.num_key_value_heads, c.head_dim, c.hidden_size};
-  mix(shape, sizeof(shape));
+  uint64_t h = Fnv1a(shape, sizeof(shape));
   const SafetensorsCheckpoint ckpt(m.files.dir);
   // A `tqserve quantize` checkpoint stores the codes as .qweight.
   for (const char* suffix : {".weight", ".qweight"}) {
     if (const TensorInfo* t = ckpt.Find(std::string("model.layers.0.self_attn.k_proj") + suffix)) {
-      mix(t->data, t->nbytes);
+      h = Fnv1a(t->data, t->nbytes, h);
       break;
     }
   }

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <stdexcept>
 #include <vector>
@@ -45,12 +46,8 @@ void ApplyPenalties(std::span<float> logits, const SamplingParams& p,
   if (p.repetition_penalty != 1.0) {
     std::vector<int32_t> seen;
     seen.reserve(prompt.size() + output.size());
-    for (int32_t t : prompt) {
-      if (in_range(t)) seen.push_back(t);
-    }
-    for (int32_t t : output) {
-      if (in_range(t)) seen.push_back(t);
-    }
+    std::ranges::copy_if(prompt, std::back_inserter(seen), in_range);
+    std::ranges::copy_if(output, std::back_inserter(seen), in_range);
     std::sort(seen.begin(), seen.end());
     seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
     const auto rp = static_cast<float>(p.repetition_penalty);
@@ -62,9 +59,7 @@ void ApplyPenalties(std::span<float> logits, const SamplingParams& p,
   if (p.presence_penalty != 0.0 || p.frequency_penalty != 0.0) {
     std::vector<int32_t> out;
     out.reserve(output.size());
-    for (int32_t t : output) {
-      if (in_range(t)) out.push_back(t);
-    }
+    std::ranges::copy_if(output, std::back_inserter(out), in_range);
     std::sort(out.begin(), out.end());
     for (size_t i = 0; i < out.size();) {
       size_t j = i;

@@ -69,10 +69,7 @@ bool ByteMatcher::Advance(uint8_t byte) {
 }
 
 bool ByteMatcher::AdvanceAll(std::string_view bytes) {
-  for (const char c : bytes) {
-    if (!Advance(static_cast<uint8_t>(c))) return false;
-  }
-  return true;
+  return std::ranges::all_of(bytes, [this](char c) { return Advance(static_cast<uint8_t>(c)); });
 }
 
 bool ByteMatcher::CanEnd() const {

@@ -62,18 +62,11 @@ void SplitPiece(Piece&& piece, const Spans& matches, Behavior behavior, bool inv
       kept = spans;
       break;
     case Behavior::kContiguous:
-      for (const Span& s : spans) {
-        if (s.match == previous_match && !kept.empty()) {
-          kept.back().end = s.end;
-        } else {
-          kept.push_back({s.begin, s.end, false});
-        }
-        previous_match = s.match;
-      }
-      break;
     case Behavior::kMergedWithPrevious:
       for (const Span& s : spans) {
-        if (s.match && !previous_match && !kept.empty()) {
+        const bool merge = behavior == Behavior::kContiguous ? s.match == previous_match
+                                                             : s.match && !previous_match;
+        if (merge && !kept.empty()) {
           kept.back().end = s.end;
         } else {
           kept.push_back({s.begin, s.end, false});

@@ -482,6 +482,22 @@ inline v8f LoadNorms(const TileRecords& r, int32_t n) {
 #endif
 }
 
+// f(std::integral_constant<int, G>{}) with G = group for the unrolled group
+// sizes 1, 2 and 4, else G = 0 (any group).
+template <typename F>
+void WithGroup(int32_t group, F&& f) {
+  switch (group) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+    default:
+      return f(std::integral_constant<int, 0>{});
+  }
+}
+
 template <int KB, int VB>
 void TqAttentionItem(const KvLayerView& cache, const KvRecord& krec, const KvRecord& vrec,
                      const int32_t* table, int32_t ctx, int32_t kv_head, const float* q0,
@@ -526,23 +542,10 @@ void TqAttentionItem(const KvLayerView& cache, const KvRecord& krec, const KvRec
       PrefetchTile(next, krec.code_bytes);
     }
     const v8f norms = LoadNorms(cur, n);
-    switch (group) {
-      case 1:
-        ScoreTile<KB, 1>(cur.codes, norms, j0, n, d, kcb, post, tq, rope, q0, qpack, group, scale,
-                         ctx, scores);
-        break;
-      case 2:
-        ScoreTile<KB, 2>(cur.codes, norms, j0, n, d, kcb, post, tq, rope, q0, qpack, group, scale,
-                         ctx, scores);
-        break;
-      case 4:
-        ScoreTile<KB, 4>(cur.codes, norms, j0, n, d, kcb, post, tq, rope, q0, qpack, group, scale,
-                         ctx, scores);
-        break;
-      default:
-        ScoreTile<KB, 0>(cur.codes, norms, j0, n, d, kcb, post, tq, rope, q0, qpack, group, scale,
-                         ctx, scores);
-    }
+    WithGroup(group, [&](auto g) {
+      ScoreTile<KB, decltype(g)::value>(cur.codes, norms, j0, n, d, kcb, post, tq, rope, q0, qpack,
+                                        group, scale, ctx, scores);
+    });
     cur = next;
   }
   SinkScores(cache, table, ctx, kv_head, q0, group, scale, scores);
@@ -566,19 +569,9 @@ void TqAttentionItem(const KvLayerView& cache, const KvRecord& krec, const KvRec
         w[k * group + g] = k < n ? scores[static_cast<size_t>(g) * ctx + j0 + k] * norms[k] : 0.0f;
       }
     }
-    switch (group) {
-      case 1:
-        AccumulateValueTile<VB, 1>(cur.codes, w, d, vcb, group, out0);
-        break;
-      case 2:
-        AccumulateValueTile<VB, 2>(cur.codes, w, d, vcb, group, out0);
-        break;
-      case 4:
-        AccumulateValueTile<VB, 4>(cur.codes, w, d, vcb, group, out0);
-        break;
-      default:
-        AccumulateValueTile<VB, 0>(cur.codes, w, d, vcb, group, out0);
-    }
+    WithGroup(group, [&](auto g) {
+      AccumulateValueTile<VB, decltype(g)::value>(cur.codes, w, d, vcb, group, out0);
+    });
     cur = next;
   }
   for (int32_t g = 0; g < group; ++g) tq.rotation->Inverse(out0 + g * d, out0 + g * d);

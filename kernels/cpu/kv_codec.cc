@@ -122,10 +122,8 @@ void EncodeRecord(const float* x, const KvLayout& layout, const TqLayerCodec* tq
       return;
     }
     case KvDtype::kInt8:
-      EncodeInt(x, d, 8, code, param);
-      return;
     case KvDtype::kInt4:
-      EncodeInt(x, d, 4, code, param);
+      EncodeInt(x, d, layout.dtype == KvDtype::kInt8 ? 8 : 4, code, param);
       return;
     case KvDtype::kTq3:
     case KvDtype::kTq4:
@@ -183,10 +181,8 @@ void DecodeRecord(const uint8_t* code, const uint8_t* param, const KvLayout& lay
       WidenBf16(code, d, out);
       return;
     case KvDtype::kInt8:
-      DecodeInt(code, param, d, 8, out);
-      return;
     case KvDtype::kInt4:
-      DecodeInt(code, param, d, 4, out);
+      DecodeInt(code, param, d, layout.dtype == KvDtype::kInt8 ? 8 : 4, out);
       return;
     case KvDtype::kTq3:
     case KvDtype::kTq4:

@@ -33,10 +33,8 @@ std::string HostName(std::string_view host) {
 }
 
 bool OriginAllowed(const HttpGuardOptions& options, const std::string& origin) {
-  for (const std::string& allowed : options.allowed_origins) {
-    if (allowed == "*" || allowed == origin) return true;
-  }
-  return false;
+  return std::ranges::any_of(options.allowed_origins,
+                             [&](const std::string& a) { return a == "*" || a == origin; });
 }
 
 // Media type of a Content-Type without its parameters, lower-cased.

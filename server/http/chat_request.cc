@@ -9,10 +9,6 @@ namespace {
 
 using nlohmann::json;
 
-[[noreturn]] void Fail(const std::string& message, const std::string& param) {
-  throw ApiException(BadRequest(message, param));
-}
-
 std::string ParseContent(const json& message, const std::string& role, const std::string& param) {
   const json* content = FindField(message, "content");
   if (content == nullptr) {

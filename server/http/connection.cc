@@ -284,10 +284,9 @@ void Connection::OnHeader(beast::error_code ec) {
     } else if (ec == bhttp::error::header_limit) {
       RefuseAndClose(431, "request headers too large");
     } else if (ec == bhttp::error::body_limit) {
-      // Its Content-Length says so: the guards refuse (and count) it.
-      std::optional<HttpResponse> refusal;
-      refusal = host_->CheckHead(HeadOf(parser_->get()));  // the fields read so far
-      if (refusal) {
+      // Its Content-Length says so: the guards refuse (and count) it, from
+      // the fields read so far.
+      if (std::optional<HttpResponse> refusal = host_->CheckHead(HeadOf(parser_->get()))) {
         RefuseAndClose(std::move(*refusal));
       } else {
         RefuseAndClose(413, "request body too large");

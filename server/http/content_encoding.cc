@@ -3,17 +3,10 @@
 
 #include <zlib.h>
 
-#include <algorithm>
-#include <cctype>
+#include <boost/beast/core/string.hpp>
 
 namespace tq::http {
 namespace {
-
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 // Inflates with `window_bits` (zlib: 15, gzip: 31, raw deflate: -15).
 DecodeResult Inflate(int window_bits, size_t max_bytes, const std::string& in, std::string* out) {
@@ -44,13 +37,14 @@ DecodeResult Inflate(int window_bits, size_t max_bytes, const std::string& in, s
 }  // namespace
 
 DecodeResult DecodeContentEncoding(std::string_view encoding, size_t max_bytes, std::string* body) {
-  const std::string e = Lower(encoding);
-  if (e.empty() || e == "identity") return DecodeResult::kOk;
+  using boost::beast::iequals;
+  const boost::beast::string_view e(encoding.data(), encoding.size());
+  if (e.empty() || iequals(e, "identity")) return DecodeResult::kOk;
   std::string out;
   DecodeResult r = DecodeResult::kUnsupported;
-  if (e == "gzip" || e == "x-gzip") {
+  if (iequals(e, "gzip") || iequals(e, "x-gzip")) {
     r = Inflate(15 + 16, max_bytes, *body, &out);
-  } else if (e == "deflate") {
+  } else if (iequals(e, "deflate")) {
     // RFC 9110 says zlib format; some clients send raw deflate.
     r = Inflate(15, max_bytes, *body, &out);
     if (r == DecodeResult::kCorrupt) r = Inflate(-15, max_bytes, *body, &out);

@@ -11,10 +11,6 @@ namespace {
 
 using nlohmann::json;
 
-[[noreturn]] void Fail(std::string message, std::string_view param) {
-  throw ApiException(BadRequest(std::move(message), std::string(param)));
-}
-
 std::string_view ParamOr(std::string_view param, std::string_view name) {
   return param.empty() ? name : param;
 }
@@ -62,6 +58,10 @@ int64_t CheckedInt(const json& value, int64_t min, int64_t max, std::string_view
 }
 
 }  // namespace
+
+void Fail(std::string message, std::string_view param) {
+  throw ApiException(BadRequest(std::move(message), std::string(param)));
+}
 
 std::string JsonTypeName(const json& value) {
   switch (value.type()) {

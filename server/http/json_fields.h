@@ -17,6 +17,9 @@ namespace tq::http {
 /// invalid_request_error with param = `param` (default: `name`) and a message
 /// naming the field, the expectation and (briefly) what was sent.
 
+/// Throws that ApiException with `message` and `param`.
+[[noreturn]] void Fail(std::string message, std::string_view param);
+
 /// The member, or nullptr when absent or null.
 const nlohmann::json* FindField(const nlohmann::json& obj, std::string_view name);
 

@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <boost/beast/core/string.hpp>
 #include <vector>
 
 #include "engine/common/error.h"
@@ -118,13 +119,7 @@ void Guarded(ServerState& state, const RouteHandler& handler, const HttpRequest&
 
 std::optional<std::string_view> HttpRequest::header(std::string_view name) const {
   for (const auto& [key, value] : headers) {
-    if (key.size() == name.size() &&
-        std::equal(key.begin(), key.end(), name.begin(), [](char a, char b) {
-          return std::tolower(static_cast<unsigned char>(a)) ==
-                 std::tolower(static_cast<unsigned char>(b));
-        })) {
-      return std::string_view(value);
-    }
+    if (boost::beast::iequals(key, {name.data(), name.size()})) return std::string_view(value);
   }
   return std::nullopt;
 }

@@ -14,10 +14,6 @@ namespace {
 using nlohmann::json;
 using Kind = structured::ConstraintSpec::Kind;
 
-[[noreturn]] void Fail(const std::string& message, const std::string& param) {
-  throw ApiException(BadRequest(message, param));
-}
-
 // A schema given as an object or as JSON text (vLLM accepts both).
 std::string SchemaText(const json& v, const std::string& param) {
   if (v.is_object() || v.is_boolean()) return v.dump();

@@ -13,10 +13,6 @@ namespace {
 
 using nlohmann::json;
 
-[[noreturn]] void Fail(const std::string& message, const std::string& param) {
-  throw ApiException(BadRequest(message, param));
-}
-
 bool ValidName(const std::string& name) {
   if (name.empty() || name.size() > 64) return false;
   for (const char c : name) {

@@ -62,13 +62,7 @@ bool AffixMatch(const std::string& s, const Value& affix, bool prefix) {
     const std::string& x = a.str();
     return x.size() <= s.size() && s.compare(prefix ? 0 : s.size() - x.size(), x.size(), x) == 0;
   };
-  if (affix.is_list()) {
-    for (const Value& a : affix.list()) {
-      if (one(a)) return true;
-    }
-    return false;
-  }
-  return one(affix);
+  return affix.is_list() ? std::ranges::any_of(affix.list(), one) : one(affix);
 }
 
 std::optional<Value> StrMethod(const std::string& s, const std::string& name) {
@@ -420,10 +414,8 @@ bool Contains(const Value& container, const Value& item) {
       }
       return container.str().find(item.str()) != std::string::npos;
     case Type::kList:
-      for (const Value& v : container.list()) {
-        if (Value::Equal(v, item)) return true;
-      }
-      return false;
+      return std::ranges::any_of(container.list(),
+                                 [&](const Value& v) { return Value::Equal(v, item); });
     case Type::kDict:
       if (!container.is_namespace()) return item.is_string() && container.dict().Find(item.str());
       break;

@@ -15,10 +15,13 @@ namespace {
 
 using T = Token::Type;
 
-ExprPtr MakeExpr(Expr::Kind kind, int line) {
+// An expression node with `args` (evaluated by the caller, then moved in order).
+template <typename... Args>
+ExprPtr MakeExpr(Expr::Kind kind, int line, Args&&... args) {
   auto e = std::make_unique<Expr>();
   e->kind = kind;
   e->line = line;
+  (e->args.push_back(std::forward<Args>(args)), ...);
   return e;
 }
 
@@ -225,9 +228,8 @@ class Parser {
     const int line = Cur().line;
     ExprPtr first = Expression(with_condexpr);
     if (!IsOp(",")) return first;
-    ExprPtr t = MakeExpr(Expr::Kind::kList, line);
+    ExprPtr t = MakeExpr(Expr::Kind::kList, line, std::move(first));
     t->is_tuple = true;
-    t->args.push_back(std::move(first));
     while (SkipOp(",")) {
       if (Cur().type == T::kBlockEnd || Cur().type == T::kVarEnd || IsOp(")") || IsName("if")) {
         break;
@@ -263,10 +265,8 @@ class Parser {
       if (std::find(ops.begin(), ops.end(), op) == ops.end()) break;
       const int line = Cur().line;
       Next();
-      ExprPtr e = MakeExpr(kind, line);
+      ExprPtr e = MakeExpr(kind, line, std::move(left), (this->*operand)());
       e->name = op;
-      e->args.push_back(std::move(left));
-      e->args.push_back((this->*operand)());
       left = std::move(e);
     }
     return left;
@@ -304,10 +304,7 @@ class Parser {
       } else {
         break;
       }
-      if (!cmp) {
-        cmp = MakeExpr(Expr::Kind::kCompare, line);
-        cmp->args.push_back(std::move(first));
-      }
+      if (!cmp) cmp = MakeExpr(Expr::Kind::kCompare, line, std::move(first));
       cmp->ops.push_back(op);
       cmp->args.push_back(Math1());
     }
@@ -408,15 +405,11 @@ class Parser {
       const int line = Cur().line;
       if (SkipOp(".")) {
         if (Cur().type == T::kName) {
-          ExprPtr e = MakeExpr(Expr::Kind::kGetAttr, line);
+          ExprPtr e = MakeExpr(Expr::Kind::kGetAttr, line, std::move(node));
           e->name = ExpectName();
-          e->args.push_back(std::move(node));
           node = std::move(e);
         } else if (Cur().type == T::kInt) {
-          ExprPtr e = MakeExpr(Expr::Kind::kGetItem, line);
-          e->args.push_back(std::move(node));
-          e->args.push_back(Primary());
-          node = std::move(e);
+          node = MakeExpr(Expr::Kind::kGetItem, line, std::move(node), Primary());
         } else {
           Fail("expected name or number, got " + Describe());
         }
@@ -435,14 +428,9 @@ class Parser {
     ExprPtr first = IsOp(":") ? nullptr : Expression();
     if (!IsOp(":")) {
       ExpectOp("]");
-      ExprPtr e = MakeExpr(Expr::Kind::kGetItem, line);
-      e->args.push_back(std::move(node));
-      e->args.push_back(std::move(first));
-      return e;
+      return MakeExpr(Expr::Kind::kGetItem, line, std::move(node), std::move(first));
     }
-    ExprPtr e = MakeExpr(Expr::Kind::kSlice, line);
-    e->args.push_back(std::move(node));
-    e->args.push_back(std::move(first));
+    ExprPtr e = MakeExpr(Expr::Kind::kSlice, line, std::move(node), std::move(first));
     for (int part = 0; part < 2; ++part) {
       if (!SkipOp(":")) {
         e->args.push_back(nullptr);
@@ -475,8 +463,7 @@ class Parser {
   }
 
   ExprPtr Call(ExprPtr callee) {
-    ExprPtr e = MakeExpr(Expr::Kind::kCall, Cur().line);
-    e->args.push_back(std::move(callee));
+    ExprPtr e = MakeExpr(Expr::Kind::kCall, Cur().line, std::move(callee));
     CallArgs(*e);
     return e;
   }
