@@ -73,9 +73,7 @@ class CpuBackend final : public Backend {
     // matrices), so memory accounting stays exact; others keep the dot kernel.
     const WeightDtype panels = cpu::PanelDtype(w);
     if (panels == w.dtype) return w;
-    const size_t element = w.dtype == WeightDtype::kF32 ? 4 : 2;
-    *storage = BackendBuffer(
-        this, element * static_cast<size_t>(w.out_features) * static_cast<size_t>(w.in_features));
+    *storage = BackendBuffer(this, cpu::DenseWeightBytes(w));
     cpu::PackPanels(w, storage->data());
     WeightView packed = w;
     packed.data = storage->data();

@@ -17,9 +17,13 @@ void MatMul(const MatMulParams& p, ThreadPool& pool);
 /// would add bytes).
 WeightDtype PanelDtype(const WeightView& w);
 
+/// Bytes of a dense (fp32, fp16 or bf16) weight: the same before and after
+/// packing into panels.
+size_t DenseWeightBytes(const WeightView& w);
+
 /// Packs w [out_features, in_features] (fp32, fp16 or bf16, row-major) into
-/// PanelDtype(w)'s layout (op_params.h); `packed` holds the same number of
-/// bytes as w. Needs PanelDtype(w) != w.dtype.
+/// PanelDtype(w)'s layout (op_params.h); `packed` holds DenseWeightBytes(w).
+/// Needs PanelDtype(w) != w.dtype.
 void PackPanels(const WeightView& w, void* packed);
 
 /// out = x · Wᵀ for a kF32Panels, kF16Panels or kBF16Panels weight

@@ -110,6 +110,10 @@ void MatMulPanelsOf(const MatMulParams& p, ThreadPool& pool) {
   });
 }
 
+size_t ElementBytes(const WeightView& w) {
+  return LogicalWeightDtype(w.dtype) == WeightDtype::kF32 ? sizeof(float) : sizeof(uint16_t);
+}
+
 }  // namespace
 
 WeightDtype PanelDtype(const WeightView& w) {
@@ -126,9 +130,13 @@ WeightDtype PanelDtype(const WeightView& w) {
   }
 }
 
+size_t DenseWeightBytes(const WeightView& w) {
+  return ElementBytes(w) * static_cast<size_t>(w.out_features) * static_cast<size_t>(w.in_features);
+}
+
 void PackPanels(const WeightView& w, void* packed) {
   const int64_t k = w.in_features;
-  const size_t size = w.dtype == WeightDtype::kF32 ? 4 : 2;
+  const size_t size = ElementBytes(w);
   const auto* src = static_cast<const uint8_t*>(w.data);
   auto* dst = static_cast<uint8_t*>(packed);
   for (int64_t o = 0; o < w.out_features; ++o) {
