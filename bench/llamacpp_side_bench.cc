@@ -140,6 +140,9 @@ int main(int argc, char** argv) {
   o.model_dir = f.model;
   o.num_threads = f.threads;
   o.quantization_config = f.quant;
+  // As `tqserve serve` (--dtype auto): F16 checkpoint weights stay F16, as in
+  // the F16 GGUF llama.cpp runs (EngineOptions' own default widens to fp32).
+  o.weight_dtype = tq::DenseDtype::kAuto;
   o.max_model_len = 512;
   tq::kernels::ParseKvDtype(f.kv, &o.kv_cache_dtype);  // checked by Parse
   // A pool for `batch` sequences of 512 tokens (sized from a first load).
