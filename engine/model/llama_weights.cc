@@ -472,9 +472,15 @@ LlamaWeights LoadLlamaWeights(const std::string& model_dir, const ModelConfig& c
     }
   }
   PrepareForBackend(w.lm_head, backend);
-  // embed_tokens stays rows (Embedding reads it), unless it is a quantized
-  // table that lm_head shares: then the matmul's layout, which Embedding reads too.
-  if (embed_quantized && w.lm_head.empty()) PrepareForBackend(w.embed_tokens, backend);
+  // embed_tokens stays rows (Embedding reads them), unless lm_head shares the
+  // whole table (tied): then it takes the matmul's layout (the CPU's panels
+  // or int tiles, which its Embedding reads in place), or lm_head, the
+  // largest matrix of a decode step, would run the slower row kernel. Under
+  // tensor parallelism lm_head is a row range of it, so it stays rows there
+  // (a panel or tile holds 64 or 16 rows).
+  if (w.lm_head.empty() && (embed_quantized || plan.world_size == 1)) {
+    PrepareForBackend(w.embed_tokens, backend);
+  }
   for (const auto& [precision, bytes] : w.BytesByPrecision()) w.total_bytes += bytes;
   return w;
 }

@@ -1,7 +1,7 @@
 // Embedding lookup for fp32, f16 and bf16 tables (16-bit tables are what
 // mixed-precision checkpoints keep for embeddings, issue 7) and int8/int4
-// ones (gather-dequantize rows, issue 22), row-major or in the int tiles that
-// a tied table shares with lm_head.
+// ones (gather-dequantize rows, issue 22), row-major or in the layout (int
+// tiles, column panels) that a tied table shares with lm_head.
 #include <stdexcept>
 #include <string>
 
@@ -13,9 +13,12 @@ namespace tq::kernels::cpu {
 
 void Embedding(const EmbeddingParams& p, ThreadPool& pool) {
   const WeightDtype d = p.table_dtype;
-  const bool integer = d == WeightDtype::kInt8 || d == WeightDtype::kInt4 ||
-                       d == WeightDtype::kInt8Tiles || d == WeightDtype::kInt4Tiles;
-  if (d != WeightDtype::kF32 && d != WeightDtype::kF16 && d != WeightDtype::kBF16 && !integer) {
+  // A table tied to lm_head is in lm_head's layout (column panels, int
+  // tiles); DecodeWeightRow reads a row of any of them in place.
+  const WeightDtype logical = LogicalWeightDtype(d);
+  const bool integer = logical == WeightDtype::kInt8 || logical == WeightDtype::kInt4;
+  if (logical != WeightDtype::kF32 && logical != WeightDtype::kF16 &&
+      logical != WeightDtype::kBF16 && !integer) {
     throw std::invalid_argument("cpu Embedding: table dtype " + WeightDtypeName(d) +
                                 " is not supported (fp32, fp16, bf16, int8 or int4)");
   }

@@ -477,6 +477,34 @@ TEST(QuantEmbedding, SixteenBitTablesWidenExactly) {
   }
 }
 
+// A table tied to lm_head is stored in lm_head's column panels (64 rows of a
+// panel interleaved); Embedding must gather the same exact rows from them.
+TEST(QuantEmbedding, PanelTablesGatherTheirRowsExactly) {
+  auto be = CreateCpuBackend(2);
+  const int vocab = 128, hidden = 37;  // two whole panels
+  for (WeightDtype dtype : {WeightDtype::kF16, WeightDtype::kBF16}) {
+    const TestWeight w = MakeWeight(dtype, vocab, hidden, 0, true, 13);
+    BackendBuffer storage;
+    const WeightView panels = be->PrepareWeight(w.View(), &storage);
+    ASSERT_EQ(LogicalWeightDtype(panels.dtype), dtype);
+    ASSERT_NE(panels.dtype, dtype) << "expected the panel layout";
+    const std::vector<int32_t> ids = {0, 63, 64, 127, 1, 65, 100, 100, 31};
+    const int n = static_cast<int>(ids.size());
+    std::vector<float> out(static_cast<size_t>(n) * hidden + kGuard, kNaN);
+    std::fill(out.end() - kGuard, out.end(), kGuardValue);
+    be->Embedding({ids.data(), panels.data, out.data(), n, vocab, hidden, panels.dtype});
+    for (int t = 0; t < n; ++t) {
+      for (int h = 0; h < hidden; ++h) {
+        ASSERT_EQ(static_cast<double>(out[static_cast<size_t>(t) * hidden + h]),
+                  w.reference[static_cast<size_t>(ids[t]) * hidden + h])
+            << "dtype " << static_cast<int>(dtype) << " token " << t << " dim " << h;
+      }
+    }
+    for (size_t g = 0; g < kGuard; ++g)
+      ASSERT_EQ(out[static_cast<size_t>(n) * hidden + g], kGuardValue);
+  }
+}
+
 TEST(QuantEmbedding, RejectsOutOfRangeIdsAndIntegerTablesWithoutScales) {
   auto be = CreateCpuBackend(1);
   std::vector<uint16_t> table(4 * 8, 0x3c00);  // 1.0 in fp16
@@ -496,9 +524,11 @@ TEST(QuantEmbedding, RejectsOutOfRangeIdsAndIntegerTablesWithoutScales) {
   const std::vector<int32_t> good = {1, 2};
   EXPECT_THROW(be->Embedding({good.data(), table.data(), out.data(), 2, 4, 8, WeightDtype::kInt8}),
                std::invalid_argument);
-  EXPECT_THROW(
-      be->Embedding({good.data(), table.data(), out.data(), 2, 4, 8, WeightDtype::kF32Panels}),
-      std::invalid_argument);
+  // Not a WeightDtype at all (every real one is a table format now: panels
+  // and tiles hold a table tied to lm_head).
+  EXPECT_THROW(be->Embedding(
+                   {good.data(), table.data(), out.data(), 2, 4, 8, static_cast<WeightDtype>(200)}),
+               std::invalid_argument);
 }
 
 // ---------------------------------------------------------------------------

@@ -178,7 +178,8 @@ TEST_F(QuantTablesTest, TiedTableIsQuantizedOnceAndSharedByLmHead) {
   const LlamaWeights w8 = Load(
       TQ_MODEL_DIR, files_.config, tiles_be.get(),
       R"({"bits": 8, "group_size": 32, "overrides": [{"modules": "mlp.down_proj", "group_size": 86}]})");
-  EXPECT_EQ(w8.embed_tokens.dtype, WeightDtype::kF16);
+  // fp16, tied: in lm_head's fp16 column panels, which Embedding reads too.
+  EXPECT_EQ(w8.embed_tokens.dtype, WeightDtype::kF16Panels);
 }
 
 // Tensor parallelism: rank 1 of 2 holds lm_head rows 256..511 as its own

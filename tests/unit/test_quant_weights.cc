@@ -101,7 +101,9 @@ void ExpectWithinHalfStep(const LinearWeight& w, const TensorInfo& t, const std:
 
 TEST_F(QuantWeightsTest, UnquantizedLoadIsFp32AsBefore) {
   const LlamaWeights w = Load(TQ_MODEL_DIR, "");
-  EXPECT_EQ(w.embed_tokens.dtype, kernels::WeightDtype::kF32);
+  // The tied table (512 rows, 8 whole panels) in lm_head's fp32 panels,
+  // which Embedding reads too.
+  EXPECT_EQ(w.embed_tokens.dtype, kernels::WeightDtype::kF32Panels);
   // fp32 as stored; the CPU backend repacks matrices of whole 64-row panels
   // (down_proj: 64 x 172) for its matmul and keeps the others row-major.
   EXPECT_EQ(w.layers[0].down_proj.dtype, kernels::WeightDtype::kF32Panels);
@@ -144,12 +146,16 @@ TEST_F(QuantWeightsTest, LoadTimeW8AndMixQuantizeEveryLinear) {
     if (int4) want["int4"] = int4;
     EXPECT_EQ(w.BytesByPrecision(), want) << cfg;
     EXPECT_EQ(w.total_bytes, 65536 + 11 * 64 * 4 + int8 + int4);
-    ASSERT_EQ(w.embed_tokens.dtype, kernels::WeightDtype::kF16);
-    std::vector<float> emb(512 * 64);
+    // Tied: in lm_head's fp16 panels (read back through the layout).
+    ASSERT_EQ(w.embed_tokens.dtype, kernels::WeightDtype::kF16Panels);
+    std::vector<float> emb(512 * 64), row(64);
     ckpt.Require("model.embed_tokens.weight", {512, 64}).ToFloat(emb.data());
-    const auto* h = w.embed_tokens.data.as<const uint16_t>();
-    for (size_t i = 0; i < emb.size(); ++i) {
-      ASSERT_EQ(HalfValue(h[i]), static_cast<float>(static_cast<_Float16>(emb[i]))) << i;
+    for (int64_t o = 0; o < 512; ++o) {
+      kernels::cpu::DecodeWeightRow(w.embed_tokens.View(), o, row.data());
+      for (int64_t i = 0; i < 64; ++i) {
+        ASSERT_EQ(row[i], static_cast<float>(static_cast<_Float16>(emb[o * 64 + i])))
+            << o << " " << i;
+      }
     }
     EXPECT_THAT(w.MemorySummary(), HasSubstr("bits per weight"));
   }
@@ -376,7 +382,7 @@ TEST_F(QuantWeightsTest, DenseDtypeFollowsVllmDtype) {
   const LlamaWeights a = load(Path("m"), mf.config, DenseDtype::kAuto);
   // bf16 (down_proj, 64 x 172, in the CPU backend's bf16 panels).
   EXPECT_EQ(a.layers[4].down_proj.dtype, kernels::WeightDtype::kBF16Panels);
-  EXPECT_EQ(a.embed_tokens.dtype, kernels::WeightDtype::kBF16);
+  EXPECT_EQ(a.embed_tokens.dtype, kernels::WeightDtype::kBF16Panels);  // tied: lm_head's panels
   // Linears and embeddings 2 bytes per parameter, 11 norms of 64 fp32.
   const size_t params = 512 * 64 + 5 * 45312;
   EXPECT_EQ(a.BytesByPrecision(),
