@@ -2,19 +2,24 @@
 // whose callback runs it; errors surface as tq::Error, printed by main().
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <string>
 
 #include "engine/runtime/offline_engine.h"
 #include "kernels/kv_layout.h"
 
-namespace CLI {
-class App;
-}
-
 namespace tq {
 
 class OfflineEngine;
 struct EngineOptions;
+
+/// Adds the option `name` (into `value`) to `cmd`: refused outside [lo, hi],
+/// its default shown in --help.
+template <typename T, typename Bound>
+CLI::Option* AddRangedOption(CLI::App* cmd, const std::string& name, T& value,
+                             const std::string& help, Bound lo, Bound hi) {
+  return cmd->add_option(name, value, help)->check(CLI::Range(lo, hi))->capture_default_str();
+}
 
 /// Adds --kv-cache-dtype (into *kv_cache_dtype), --kv-quality-budget,
 /// --kv-cache-memory, --block-size, --kv-calibration-text,
