@@ -1,5 +1,6 @@
 // KV cache and tensor-parallel flags shared by `generate`, `eval` and `serve`.
 #include <CLI/CLI.hpp>
+#include <cstdio>
 
 #include "engine/common/error.h"
 #include "server/cli_commands.h"
@@ -70,8 +71,17 @@ void ApplyKvDtypeFlag(const std::string& value, EngineOptions* engine) {
       engine->kv_cache_dtype_auto ? kernels::KvDtype::kInt8 : ParseKvDtypeFlag(value);
 }
 
-std::string KvCacheNotes(const std::string& calibration_source, const std::string& choice) {
-  std::string out;
+std::string KvCacheLine(kernels::KvDtype dtype, int32_t head_dim, int32_t num_blocks,
+                        int32_t block_size, size_t bytes, const std::string& calibration_source,
+                        const std::string& choice) {
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "KV cache %s (%.3g bits/element): %d blocks x %d = %lld tokens in %.2f MiB",
+                std::string(kernels::KvDtypeName(dtype)).c_str(),
+                kernels::KvBitsPerElement(dtype, head_dim), num_blocks, block_size,
+                static_cast<long long>(int64_t{num_blocks} * block_size),
+                static_cast<double>(bytes) / (1 << 20));
+  std::string out = line;
   if (!calibration_source.empty()) out += "; tq keys " + calibration_source;
   if (!choice.empty()) out += "; " + choice;
   return out;

@@ -144,19 +144,6 @@ size_t DefaultKvCacheMemory(const ModelConfig& config, const EngineOptions& opti
   return std::max(std::min(all, size_t{1} << 30), one_sequence);
 }
 
-std::string KvCacheLine(const EngineInfo& info, const ModelConfig& config) {
-  const kernels::KvDtype dtype = ParseKvDtypeFlag(info.kv_cache_dtype);
-  char line[256];
-  std::snprintf(line, sizeof(line),
-                "KV cache %s (%.3g bits/element): %d blocks x %d = %lld tokens in %.2f MiB",
-                info.kv_cache_dtype.c_str(), kernels::KvBitsPerElement(dtype, config.head_dim),
-                info.num_kv_blocks, info.block_size,
-                static_cast<long long>(info.kv_capacity_tokens),
-                static_cast<double>(info.kv_cache_bytes) / (1 << 20));
-  return line + KvCacheNotes(info.kv_calibration_source, info.kv_dtype_choice) +
-         (info.enable_prefix_caching ? "; prefix caching on" : "; prefix caching off");
-}
-
 // Drain (issue 4, and issue 5 for gRPC): /health and new requests 503, gRPC
 // health NOT_SERVING and new calls UNAVAILABLE at once; in-flight requests of
 // both get --shutdown-timeout to finish (a second signal cuts it short), then
@@ -319,7 +306,12 @@ void RunServe(ServeArgs& args) {
                  args.http.served_model_name, engine->info().max_model_len);
     if (!engine->info().device_note.empty()) spdlog::info("{}", engine->info().device_note);
     spdlog::info("{}", engine->info().weights_summary);
-    spdlog::info("{}", KvCacheLine(engine->info(), files.config));
+    const EngineInfo& info = engine->info();
+    spdlog::info("{}{}",
+                 KvCacheLine(ParseKvDtypeFlag(info.kv_cache_dtype), files.config.head_dim,
+                             info.num_kv_blocks, info.block_size, info.kv_cache_bytes,
+                             info.kv_calibration_source, info.kv_dtype_choice),
+                 info.enable_prefix_caching ? "; prefix caching on" : "; prefix caching off");
     for (const RankMemory& r : engine->info().ranks) {
       size_t weights = 0;
       for (const auto& [precision, bytes] : r.weight_bytes) weights += bytes;
