@@ -171,26 +171,18 @@ class RegexParser {
         return ComplementRanges(kWord, 0x7F);
       case 'S':
         return ComplementRanges(kSpace, 0x7F);
-      case 'n':
-        return {{'\n', '\n'}};
-      case 't':
-        return {{'\t', '\t'}};
-      case 'r':
-        return {{'\r', '\r'}};
-      case 'f':
-        return {{'\f', '\f'}};
-      case 'v':
-        return {{'\v', '\v'}};
-      case 'x': {
-        const uint32_t v = HexEscape(2);
-        return {{v, v}};
-      }
+      case 'x':
       case 'u': {
-        const uint32_t v = HexEscape(4);
+        const uint32_t v = HexEscape(e == 'x' ? 2 : 4);
         return {{v, v}};
       }
       default:
         break;
+    }
+    // \n \t \r \f \v
+    if (const size_t k = std::string_view("ntrfv").find(e); k != std::string_view::npos) {
+      const uint32_t c = static_cast<uint8_t>("\n\t\r\f\v"[k]);
+      return {{c, c}};
     }
     if ((e >= '0' && e <= '9')) Unsupported("pattern", "backreferences are not supported");
     if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z')) {
