@@ -266,23 +266,15 @@ class RegexParser {
     return GbnfAlternatives(alts);
   }
 
+  // " \ or a control character (c <= 0x5C) as JSON writes it in a string.
   static std::string JsonEscape(uint32_t c) {
-    switch (c) {
-      case '"':
-        return "\\\"";
-      case '\\':
-        return "\\\\";
-      case '\n':
-        return "\\n";
-      case '\t':
-        return "\\t";
-      case '\r':
-        return "\\r";
-      default: {
-        static const char kHex[] = "0123456789abcdef";
-        return std::string("\\u00") + kHex[c >> 4] + kHex[c & 15];
-      }
+    constexpr std::string_view kShort = "\"\\\n\t\r";  // with a letter escape
+    constexpr std::string_view kLetter = "\"\\ntr";
+    if (const size_t k = kShort.find(static_cast<char>(c)); k != std::string_view::npos) {
+      return std::string("\\") + kLetter[k];
     }
+    static const char kHex[] = "0123456789abcdef";
+    return std::string("\\u00") + kHex[c >> 4] + kHex[c & 15];
   }
 
   std::string Atom(int depth) {
