@@ -16,38 +16,30 @@ size_t KvDtypeElementBytes(KvDtype dtype) {
   }
 }
 
+namespace {
+
+// The --kv-cache-dtype names; the first of each format is the one
+// KvDtypeName prints.
+constexpr struct {
+  std::string_view name;
+  KvDtype dtype;
+} kKvDtypeNames[] = {
+    {"fp32", KvDtype::kF32},      {"float32", KvDtype::kF32}, {"fp16", KvDtype::kF16},
+    {"float16", KvDtype::kF16},   {"half", KvDtype::kF16},    {"bf16", KvDtype::kBF16},
+    {"bfloat16", KvDtype::kBF16}, {"int8", KvDtype::kInt8},   {"int4", KvDtype::kInt4},
+    {"tq3", KvDtype::kTq3},       {"tq4", KvDtype::kTq4},     {"tqk3v2", KvDtype::kTqK3V2}};
+
+}  // namespace
+
 std::string_view KvDtypeName(KvDtype dtype) {
-  switch (dtype) {
-    case KvDtype::kF32:
-      return "fp32";
-    case KvDtype::kF16:
-      return "fp16";
-    case KvDtype::kBF16:
-      return "bf16";
-    case KvDtype::kInt8:
-      return "int8";
-    case KvDtype::kInt4:
-      return "int4";
-    case KvDtype::kTq3:
-      return "tq3";
-    case KvDtype::kTq4:
-      return "tq4";
-    case KvDtype::kTqK3V2:
-      return "tqk3v2";
+  for (const auto& n : kKvDtypeNames) {
+    if (n.dtype == dtype) return n.name;
   }
   return "?";
 }
 
 bool ParseKvDtype(std::string_view name, KvDtype* out) {
-  static constexpr struct {
-    std::string_view name;
-    KvDtype dtype;
-  } kNames[] = {
-      {"fp32", KvDtype::kF32},      {"float32", KvDtype::kF32}, {"fp16", KvDtype::kF16},
-      {"float16", KvDtype::kF16},   {"half", KvDtype::kF16},    {"bf16", KvDtype::kBF16},
-      {"bfloat16", KvDtype::kBF16}, {"int8", KvDtype::kInt8},   {"int4", KvDtype::kInt4},
-      {"tq3", KvDtype::kTq3},       {"tq4", KvDtype::kTq4},     {"tqk3v2", KvDtype::kTqK3V2}};
-  for (const auto& n : kNames) {
+  for (const auto& n : kKvDtypeNames) {
     if (n.name == name) {
       *out = n.dtype;
       return true;

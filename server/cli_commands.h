@@ -2,19 +2,24 @@
 // whose callback runs it; errors surface as tq::Error, printed by main().
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <string>
 
 #include "engine/runtime/offline_engine.h"
 #include "kernels/kv_layout.h"
 
-namespace CLI {
-class App;
-}
-
 namespace tq {
 
 class OfflineEngine;
 struct EngineOptions;
+
+/// Adds the option `name` (into `value`) to `cmd`: refused outside [lo, hi],
+/// its default shown in --help.
+template <typename T, typename Bound>
+CLI::Option* AddRangedOption(CLI::App* cmd, const std::string& name, T& value,
+                             const std::string& help, Bound lo, Bound hi) {
+  return cmd->add_option(name, value, help)->check(CLI::Range(lo, hi))->capture_default_str();
+}
 
 /// Adds --kv-cache-dtype (into *kv_cache_dtype), --kv-quality-budget,
 /// --kv-cache-memory, --block-size, --kv-calibration-text,
@@ -28,9 +33,12 @@ kernels::KvDtype ParseKvDtypeFlag(const std::string& value);
 void ApplyKvDtypeFlag(const std::string& value, EngineOptions* engine);
 /// The default --kv-cache-dtype of serve, generate and eval.
 inline constexpr const char* kDefaultKvCacheDtype = "auto";
-/// The KV cache line's suffix: "; tq keys <source>" and "; <auto's choice>"
-/// (KvDtypeChoice::Describe) when present.
-std::string KvCacheNotes(const std::string& calibration_source, const std::string& choice);
+/// One line on a KV cache: format, bits per element, blocks, capacity in
+/// tokens, MiB, then "; tq keys <calibration_source>" and "; <choice>" (auto's,
+/// KvDtypeChoice::Describe) when present.
+std::string KvCacheLine(kernels::KvDtype dtype, int32_t head_dim, int32_t num_blocks,
+                        int32_t block_size, size_t bytes, const std::string& calibration_source,
+                        const std::string& choice);
 
 /// Adds --quantization-config FILE (weight quantization at load time,
 /// docs/quantization.md) and --dtype auto|float32|float16|bfloat16 (dense
@@ -42,8 +50,7 @@ void AddWeightFlags(CLI::App* cmd, EngineOptions* engine);
 /// checkpoint and/or the chosen per-module config (docs/quantization.md).
 void AddQuantizeCommand(CLI::App& app);
 
-/// One line on the KV cache an OfflineEngine built: format, bits per element,
-/// blocks, capacity in tokens, bytes, and how tq keys were calibrated.
+/// KvCacheLine of the KV cache an OfflineEngine built.
 std::string DescribeKvCache(const OfflineEngine& generator);
 
 /// `tqserve generate --model DIR --prompt TEXT [sampling flags]`: prints the

@@ -95,16 +95,9 @@ void RunGenerate(GenerateArgs& args) {
 
 std::string DescribeKvCache(const OfflineEngine& generator) {
   const kernels::KvLayout& l = generator.kv_cache().layout();
-  const int64_t tokens = static_cast<int64_t>(l.num_blocks) * l.block_size;
-  char line[256];
-  std::snprintf(line, sizeof(line),
-                "KV cache %s (%.3g bits/element): %d blocks x %d = %lld tokens in %.2f MiB",
-                std::string(kernels::KvDtypeName(l.dtype)).c_str(),
-                kernels::KvBitsPerElement(l.dtype, l.head_dim), l.num_blocks, l.block_size,
-                static_cast<long long>(tokens),
-                static_cast<double>(generator.kv_cache().total_bytes()) / (1 << 20));
-  return line +
-         KvCacheNotes(generator.kv_calibration_source(), generator.kv_dtype_choice().Describe());
+  return KvCacheLine(l.dtype, l.head_dim, l.num_blocks, l.block_size,
+                     generator.kv_cache().total_bytes(), generator.kv_calibration_source(),
+                     generator.kv_dtype_choice().Describe());
 }
 
 void AddGenerateCommand(CLI::App& app) {

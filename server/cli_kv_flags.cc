@@ -1,5 +1,6 @@
 // KV cache and tensor-parallel flags shared by `generate`, `eval` and `serve`.
 #include <CLI/CLI.hpp>
+#include <cstdio>
 
 #include "engine/common/error.h"
 #include "server/cli_commands.h"
@@ -19,11 +20,10 @@ void AddKvCacheFlags(CLI::App* cmd, EngineOptions* engine, std::string* kv_cache
          },
          "Compute device: auto (CUDA when a GPU is present, else CPU), cpu or cuda")
       ->default_str("auto");
-  cmd->add_option("--gpu-memory-utilization", engine->gpu_memory_utilization,
+  AddRangedOption(cmd, "--gpu-memory-utilization", engine->gpu_memory_utilization,
                   "GPU: fraction of device memory for weights, activations and the KV pool "
-                  "(sizes the pool when --kv-cache-memory is 0)")
-      ->check(CLI::Range(0.01, 1.0))
-      ->capture_default_str();
+                  "(sizes the pool when --kv-cache-memory is 0)",
+                  0.01, 1.0);
   cmd->add_flag("--cuda-graphs", engine->cuda_graphs,
                 "CUDA: run decode steps from CUDA graphs captured per padded batch size "
                 "(off by default until measured; docs/cuda.md)");
@@ -33,18 +33,15 @@ void AddKvCacheFlags(CLI::App* cmd, EngineOptions* engine, std::string* kv_cache
                   "int8, int4, "
                   "tq3, tq4, tqk3v2 (CPU only: 3-bit keys, 2-bit values)")
       ->capture_default_str();
-  cmd->add_option("--kv-quality-budget", engine->kv_quality_budget,
+  AddRangedOption(cmd, "--kv-quality-budget", engine->kv_quality_budget,
                   "auto: the largest perplexity ratio to an fp32 cache a format may cost on "
-                  "held-out calibration text")
-      ->check(CLI::Range(1.0, 100.0))
-      ->capture_default_str();
+                  "held-out calibration text",
+                  1.0, 100.0);
   // Validators see the text before conversion, so "-5" cannot wrap around.
   cmd->add_option("--kv-cache-memory", engine->kv_cache_memory,
                   "KV pool size in bytes (0 = one --max-model-len sequence)")
       ->check(CLI::Range(0.0, 1e15));
-  cmd->add_option("--block-size", engine->block_size, "Tokens per KV block")
-      ->check(CLI::Range(1, 1024))
-      ->capture_default_str();
+  AddRangedOption(cmd, "--block-size", engine->block_size, "Tokens per KV block", 1, 1024);
   cmd->add_option("--kv-sink-tokens", engine->kv_sink_tokens,
                   "tq: keep the first N positions of each sequence exact (0..8)")
       ->capture_default_str();
@@ -52,12 +49,11 @@ void AddKvCacheFlags(CLI::App* cmd, EngineOptions* engine, std::string* kv_cache
                   "Text to calibrate the tq key statistics on (default: built-in text)");
   cmd->add_option("--kv-calibration-stats", engine->kv_calibration_stats,
                   "JSON file of tq key statistics: loaded if it exists, else written");
-  cmd->add_option("--tensor-parallel-size", engine->tensor_parallel_size,
+  AddRangedOption(cmd, "--tensor-parallel-size", engine->tensor_parallel_size,
                   "Tensor-parallel ranks in this process (one thread and backend each: rank r "
                   "on CUDA device r, or CPU backends that split the CPU threads; "
-                  "docs/parallelism.md)")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
+                  "docs/parallelism.md)",
+                  1, 64);
 }
 
 kernels::KvDtype ParseKvDtypeFlag(const std::string& value) {
@@ -75,8 +71,17 @@ void ApplyKvDtypeFlag(const std::string& value, EngineOptions* engine) {
       engine->kv_cache_dtype_auto ? kernels::KvDtype::kInt8 : ParseKvDtypeFlag(value);
 }
 
-std::string KvCacheNotes(const std::string& calibration_source, const std::string& choice) {
-  std::string out;
+std::string KvCacheLine(kernels::KvDtype dtype, int32_t head_dim, int32_t num_blocks,
+                        int32_t block_size, size_t bytes, const std::string& calibration_source,
+                        const std::string& choice) {
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "KV cache %s (%.3g bits/element): %d blocks x %d = %lld tokens in %.2f MiB",
+                std::string(kernels::KvDtypeName(dtype)).c_str(),
+                kernels::KvBitsPerElement(dtype, head_dim), num_blocks, block_size,
+                static_cast<long long>(int64_t{num_blocks} * block_size),
+                static_cast<double>(bytes) / (1 << 20));
+  std::string out = line;
   if (!calibration_source.empty()) out += "; tq keys " + calibration_source;
   if (!choice.empty()) out += "; " + choice;
   return out;

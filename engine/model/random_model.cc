@@ -288,52 +288,55 @@ ojson CopyTokenizerJson(const std::string& path, const ModelConfig& c, const fs:
 
 }  // namespace
 
+// The presets' shapes, in the order RandomModelPresetNames lists them; what
+// else a preset sets (RoPE, tied embeddings, biases, BOS/EOS ids) is in
+// RandomModelPreset.
+struct PresetShape {
+  const char* name;
+  int32_t hidden, intermediate, layers, heads, kv_heads, head_dim, vocab, max_positions;
+};
+// Sources: the config.json of the model named in each row's comment (the
+// instruct model's, for its BOS/EOS ids).
+constexpr PresetShape kPresetShapes[] = {
+    // name, hidden, intermediate, layers, heads, KV heads, head_dim, vocab, max positions
+    {"llama2-7b", 4096, 11008, 32, 32, 32, 128, 32000, 4096},  // meta-llama/Llama-2-7b-hf
+    {"llama3-8b", 4096, 14336, 32, 32, 8, 128, 128256, 8192},  // meta-llama/Meta-Llama-3-8B
+    // 105.8M parameters: 2 x 24.6M embeddings (untied) + 8 x 7.08M layers.
+    {"tiny-100m", 768, 2048, 8, 12, 12, 64, 32000, 2048},
+    // meta-llama/Llama-3.2-1B-Instruct
+    {"llama3.2-1b", 2048, 8192, 16, 32, 8, 64, 128256, 131072},
+    {"qwen2.5-0.5b", 896, 4864, 24, 14, 2, 64, 151936, 32768},  // Qwen/Qwen2.5-0.5B-Instruct
+    // Qwen/Qwen3-0.6B: head_dim 128, not hidden / heads (64)
+    {"qwen3-0.6b", 1024, 3072, 28, 16, 8, 128, 151936, 40960},
+    // HuggingFaceTB/SmolLM2-135M-Instruct
+    {"smollm2-135m", 576, 1536, 30, 9, 3, 64, 49152, 8192},
+};
+
 ModelConfig RandomModelPreset(const std::string& name) {
+  const auto shape = std::ranges::find(kPresetShapes, name, &PresetShape::name);
+  if (shape == std::end(kPresetShapes)) {
+    std::string names;
+    for (const auto& n : RandomModelPresetNames()) names += (names.empty() ? "" : ", ") + n;
+    throw Error("unknown random model preset '" + name + "' (known: " + names + ")");
+  }
   ModelConfig c;
   c.architecture = "LlamaForCausalLM";
   c.rms_norm_eps = 1e-5;
   c.bos_token_id = 1;
   c.eos_token_ids = {2};
-  if (name == "llama2-7b") {  // meta-llama/Llama-2-7b-hf config.json
-    c.hidden_size = 4096;
-    c.intermediate_size = 11008;
-    c.num_hidden_layers = 32;
-    c.num_attention_heads = 32;
-    c.num_key_value_heads = 32;
-    c.head_dim = 128;
-    c.vocab_size = 32000;
-    c.max_position_embeddings = 4096;
-  } else if (name == "llama3-8b") {  // meta-llama/Meta-Llama-3-8B config.json
-    c.hidden_size = 4096;
-    c.intermediate_size = 14336;
-    c.num_hidden_layers = 32;
-    c.num_attention_heads = 32;
-    c.num_key_value_heads = 8;
-    c.head_dim = 128;
-    c.vocab_size = 128256;
-    c.max_position_embeddings = 8192;
+  c.hidden_size = shape->hidden;
+  c.intermediate_size = shape->intermediate;
+  c.num_hidden_layers = shape->layers;
+  c.num_attention_heads = shape->heads;
+  c.num_key_value_heads = shape->kv_heads;
+  c.head_dim = shape->head_dim;
+  c.vocab_size = shape->vocab;
+  c.max_position_embeddings = shape->max_positions;
+  if (name == "llama3-8b") {
     c.rope_theta = 500000.0;
     c.bos_token_id = 128000;
     c.eos_token_ids = {128001};
-  } else if (name == "tiny-100m") {
-    // 105.8M parameters: 2 x 24.6M embeddings (untied) + 8 x 7.08M layers.
-    c.hidden_size = 768;
-    c.intermediate_size = 2048;
-    c.num_hidden_layers = 8;
-    c.num_attention_heads = 12;
-    c.num_key_value_heads = 12;
-    c.head_dim = 64;
-    c.vocab_size = 32000;
-    c.max_position_embeddings = 2048;
-  } else if (name == "llama3.2-1b") {  // meta-llama/Llama-3.2-1B-Instruct config.json
-    c.hidden_size = 2048;
-    c.intermediate_size = 8192;
-    c.num_hidden_layers = 16;
-    c.num_attention_heads = 32;
-    c.num_key_value_heads = 8;
-    c.head_dim = 64;
-    c.vocab_size = 128256;
-    c.max_position_embeddings = 131072;
+  } else if (name == "llama3.2-1b") {
     c.rope_theta = 500000.0;
     c.rope_scaling.type = "llama3";
     c.rope_scaling.factor = 32.0;
@@ -343,62 +346,26 @@ ModelConfig RandomModelPreset(const std::string& name) {
     c.tie_word_embeddings = true;
     c.bos_token_id = 128000;
     c.eos_token_ids = {128001, 128008, 128009};
-  } else if (name == "qwen2.5-0.5b") {  // Qwen/Qwen2.5-0.5B-Instruct config.json
-    c.architecture = "Qwen2ForCausalLM";
-    c.hidden_size = 896;
-    c.intermediate_size = 4864;
-    c.num_hidden_layers = 24;
-    c.num_attention_heads = 14;
-    c.num_key_value_heads = 2;
-    c.head_dim = 64;
-    c.vocab_size = 151936;
-    c.max_position_embeddings = 32768;
+  } else if (name == "qwen2.5-0.5b" || name == "qwen3-0.6b") {
+    c.architecture = name == "qwen3-0.6b" ? "Qwen3ForCausalLM" : "Qwen2ForCausalLM";
     c.rms_norm_eps = 1e-6;
     c.rope_theta = 1000000.0;
     c.tie_word_embeddings = true;
-    c.qkv_bias = true;
+    c.qkv_bias = name == "qwen2.5-0.5b";
+    c.qk_norm = name == "qwen3-0.6b";
     c.bos_token_id = 151643;
     c.eos_token_ids = {151645, 151643};
-  } else if (name == "qwen3-0.6b") {  // Qwen/Qwen3-0.6B config.json
-    c.architecture = "Qwen3ForCausalLM";
-    c.hidden_size = 1024;
-    c.intermediate_size = 3072;
-    c.num_hidden_layers = 28;
-    c.num_attention_heads = 16;
-    c.num_key_value_heads = 8;
-    c.head_dim = 128;  // not hidden / heads (64)
-    c.vocab_size = 151936;
-    c.max_position_embeddings = 40960;
-    c.rms_norm_eps = 1e-6;
-    c.rope_theta = 1000000.0;
-    c.tie_word_embeddings = true;
-    c.qk_norm = true;
-    c.bos_token_id = 151643;
-    c.eos_token_ids = {151645, 151643};
-  } else if (name == "smollm2-135m") {  // HuggingFaceTB/SmolLM2-135M-Instruct config.json
-    c.hidden_size = 576;
-    c.intermediate_size = 1536;
-    c.num_hidden_layers = 30;
-    c.num_attention_heads = 9;
-    c.num_key_value_heads = 3;
-    c.head_dim = 64;
-    c.vocab_size = 49152;
-    c.max_position_embeddings = 8192;
+  } else if (name == "smollm2-135m") {
     c.rope_theta = 100000.0;
     c.tie_word_embeddings = true;
-    c.bos_token_id = 1;
-    c.eos_token_ids = {2};
-  } else {
-    std::string names;
-    for (const auto& n : RandomModelPresetNames()) names += (names.empty() ? "" : ", ") + n;
-    throw Error("unknown random model preset '" + name + "' (known: " + names + ")");
   }
   return c;
 }
 
 std::vector<std::string> RandomModelPresetNames() {
-  return {"llama2-7b",    "llama3-8b",  "tiny-100m",   "llama3.2-1b",
-          "qwen2.5-0.5b", "qwen3-0.6b", "smollm2-135m"};
+  std::vector<std::string> names;
+  for (const PresetShape& p : kPresetShapes) names.emplace_back(p.name);
+  return names;
 }
 
 void WriteRandomModel(const std::string& out_dir, const RandomModelSpec& spec,

@@ -207,30 +207,17 @@ class Parser {
     if (c == '\\') {
       if (pos_ >= text_.size()) Fail("unexpected end of grammar after '\\'");
       const char e = text_[pos_++];
-      switch (e) {
-        case 'n':
-          return '\n';
-        case 'r':
-          return '\r';
-        case 't':
-          return '\t';
-        case 'x':
-          return Hex(2);
-        case 'u':
-          return Hex(4);
-        case 'U':
-          return Hex(8);
-        case '\\':
-        case '"':
-        case '\'':
-        case '[':
-        case ']':
-        case '-':
-        case '^':
-          return static_cast<uint8_t>(e);
-        default:
-          Fail(std::string("unknown escape '\\") + e + "' at offset " + At());
+      if (e == 'x') return Hex(2);
+      if (e == 'u') return Hex(4);
+      if (e == 'U') return Hex(8);
+      // \n \r \t, and the characters that stand for themselves.
+      constexpr std::string_view kEscapes = "nrt\\\"'[]-^";
+      constexpr std::string_view kEscaped = "\n\r\t\\\"'[]-^";
+      const size_t k = kEscapes.find(e);
+      if (k == std::string_view::npos) {
+        Fail(std::string("unknown escape '\\") + e + "' at offset " + At());
       }
+      return static_cast<uint8_t>(kEscaped[k]);
     }
     if (c < 0x80) return c;
     // UTF-8 in the grammar text.

@@ -171,26 +171,18 @@ class RegexParser {
         return ComplementRanges(kWord, 0x7F);
       case 'S':
         return ComplementRanges(kSpace, 0x7F);
-      case 'n':
-        return {{'\n', '\n'}};
-      case 't':
-        return {{'\t', '\t'}};
-      case 'r':
-        return {{'\r', '\r'}};
-      case 'f':
-        return {{'\f', '\f'}};
-      case 'v':
-        return {{'\v', '\v'}};
-      case 'x': {
-        const uint32_t v = HexEscape(2);
-        return {{v, v}};
-      }
+      case 'x':
       case 'u': {
-        const uint32_t v = HexEscape(4);
+        const uint32_t v = HexEscape(e == 'x' ? 2 : 4);
         return {{v, v}};
       }
       default:
         break;
+    }
+    // \n \t \r \f \v
+    if (const size_t k = std::string_view("ntrfv").find(e); k != std::string_view::npos) {
+      const uint32_t c = static_cast<uint8_t>("\n\t\r\f\v"[k]);
+      return {{c, c}};
     }
     if ((e >= '0' && e <= '9')) Unsupported("pattern", "backreferences are not supported");
     if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z')) {
@@ -274,23 +266,15 @@ class RegexParser {
     return GbnfAlternatives(alts);
   }
 
+  // " \ or a control character (c <= 0x5C) as JSON writes it in a string.
   static std::string JsonEscape(uint32_t c) {
-    switch (c) {
-      case '"':
-        return "\\\"";
-      case '\\':
-        return "\\\\";
-      case '\n':
-        return "\\n";
-      case '\t':
-        return "\\t";
-      case '\r':
-        return "\\r";
-      default: {
-        static const char kHex[] = "0123456789abcdef";
-        return std::string("\\u00") + kHex[c >> 4] + kHex[c & 15];
-      }
+    constexpr std::string_view kShort = "\"\\\n\t\r";  // with a letter escape
+    constexpr std::string_view kLetter = "\"\\ntr";
+    if (const size_t k = kShort.find(static_cast<char>(c)); k != std::string_view::npos) {
+      return std::string("\\") + kLetter[k];
     }
+    static const char kHex[] = "0123456789abcdef";
+    return std::string("\\u00") + kHex[c >> 4] + kHex[c & 15];
   }
 
   std::string Atom(int depth) {

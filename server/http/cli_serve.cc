@@ -144,19 +144,6 @@ size_t DefaultKvCacheMemory(const ModelConfig& config, const EngineOptions& opti
   return std::max(std::min(all, size_t{1} << 30), one_sequence);
 }
 
-std::string KvCacheLine(const EngineInfo& info, const ModelConfig& config) {
-  const kernels::KvDtype dtype = ParseKvDtypeFlag(info.kv_cache_dtype);
-  char line[256];
-  std::snprintf(line, sizeof(line),
-                "KV cache %s (%.3g bits/element): %d blocks x %d = %lld tokens in %.2f MiB",
-                info.kv_cache_dtype.c_str(), kernels::KvBitsPerElement(dtype, config.head_dim),
-                info.num_kv_blocks, info.block_size,
-                static_cast<long long>(info.kv_capacity_tokens),
-                static_cast<double>(info.kv_cache_bytes) / (1 << 20));
-  return line + KvCacheNotes(info.kv_calibration_source, info.kv_dtype_choice) +
-         (info.enable_prefix_caching ? "; prefix caching on" : "; prefix caching off");
-}
-
 // Drain (issue 4, and issue 5 for gRPC): /health and new requests 503, gRPC
 // health NOT_SERVING and new calls UNAVAILABLE at once; in-flight requests of
 // both get --shutdown-timeout to finish (a second signal cuts it short), then
@@ -319,7 +306,12 @@ void RunServe(ServeArgs& args) {
                  args.http.served_model_name, engine->info().max_model_len);
     if (!engine->info().device_note.empty()) spdlog::info("{}", engine->info().device_note);
     spdlog::info("{}", engine->info().weights_summary);
-    spdlog::info("{}", KvCacheLine(engine->info(), files.config));
+    const EngineInfo& info = engine->info();
+    spdlog::info("{}{}",
+                 KvCacheLine(ParseKvDtypeFlag(info.kv_cache_dtype), files.config.head_dim,
+                             info.num_kv_blocks, info.block_size, info.kv_cache_bytes,
+                             info.kv_calibration_source, info.kv_dtype_choice),
+                 info.enable_prefix_caching ? "; prefix caching on" : "; prefix caching off");
     for (const RankMemory& r : engine->info().ranks) {
       size_t weights = 0;
       for (const auto& [precision, bytes] : r.weight_bytes) weights += bytes;
@@ -356,30 +348,21 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--model", args->engine.model_dir, "Hugging Face model directory")
       ->capture_default_str();
   cmd->add_option("--host", args->http.host, "Address to listen on")->capture_default_str();
-  cmd->add_option("--port", args->http.port, "Port to listen on (0 = any free port)")
-      ->check(CLI::Range(0, 65535))
-      ->capture_default_str();
-  cmd->add_option("--grpc-port", args->grpc.port,
-                  "gRPC port (tqserve.v1, grpc.health.v1, reflection; 0 = no gRPC server)")
-      ->check(CLI::Range(0, 65535))
-      ->capture_default_str();
+  AddRangedOption(cmd, "--port", args->http.port, "Port to listen on (0 = any free port)", 0,
+                  65535);
+  AddRangedOption(cmd, "--grpc-port", args->grpc.port,
+                  "gRPC port (tqserve.v1, grpc.health.v1, reflection; 0 = no gRPC server)", 0,
+                  65535);
   cmd->add_option("--served-model-name", args->http.served_model_name,
                   "Model name in the API (default: the model directory's name)");
-  cmd->add_option("--max-model-len", args->engine.max_model_len,
-                  "Context length in tokens (0 = the model's)")
-      ->check(CLI::Range(0, 1 << 24))
-      ->capture_default_str();
-  cmd->add_option("--max-num-seqs", args->engine.max_num_seqs, "Sequences running at once")
-      ->check(CLI::Range(1, 1 << 16))
-      ->capture_default_str();
-  cmd->add_option("--max-num-batched-tokens", args->engine.max_num_batched_tokens,
-                  "Tokens per engine step (prefill chunk size)")
-      ->check(CLI::Range(1, 1 << 24))
-      ->capture_default_str();
-  cmd->add_option("--threads", args->engine.num_threads,
-                  "CPU compute threads (0 = all cores; capped at the core count)")
-      ->check(CLI::Range(0, 4096))
-      ->capture_default_str();
+  AddRangedOption(cmd, "--max-model-len", args->engine.max_model_len,
+                  "Context length in tokens (0 = the model's)", 0, 1 << 24);
+  AddRangedOption(cmd, "--max-num-seqs", args->engine.max_num_seqs, "Sequences running at once", 1,
+                  1 << 16);
+  AddRangedOption(cmd, "--max-num-batched-tokens", args->engine.max_num_batched_tokens,
+                  "Tokens per engine step (prefill chunk size)", 1, 1 << 24);
+  AddRangedOption(cmd, "--threads", args->engine.num_threads,
+                  "CPU compute threads (0 = all cores; capped at the core count)", 0, 4096);
   cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching",
                 args->engine.enable_prefix_caching,
                 "Reuse the KV blocks of prompt prefixes computed before (automatic prefix "
@@ -391,14 +374,12 @@ void AddServeCommand(CLI::App& app) {
   kv_memory->description(
       "KV pool size in bytes (default: --max-num-seqs sequences of --max-model-len tokens, at "
       "most 1 GiB, at least one sequence)");
-  cmd->add_option("--max-logprobs", args->engine.max_logprobs,
-                  "Most logprobs (completions) / top_logprobs (chat) a request may ask for")
-      ->check(CLI::Range(0, 1024))
-      ->capture_default_str();
-  cmd->add_option("--max-body-bytes", args->http.max_body_bytes,
-                  "Largest HTTP request body in bytes (413 beyond, refused before it is read)")
-      ->check(CLI::Range(size_t{1} << 10, size_t{1} << 32))
-      ->capture_default_str();
+  AddRangedOption(cmd, "--max-logprobs", args->engine.max_logprobs,
+                  "Most logprobs (completions) / top_logprobs (chat) a request may ask for", 0,
+                  1024);
+  AddRangedOption(cmd, "--max-body-bytes", args->http.max_body_bytes,
+                  "Largest HTTP request body in bytes (413 beyond, refused before it is read)",
+                  size_t{1} << 10, size_t{1} << 32);
   cmd->add_option("--api-key", args->api_keys,
                   "API key clients must send as 'Authorization: Bearer KEY' on /v1/*, /tokenize, "
                   "/detokenize and gRPC (repeatable; also TQSERVE_API_KEY; /health, /livez, "
@@ -422,40 +403,27 @@ void AddServeCommand(CLI::App& app) {
       ->delimiter(',');
   cmd->add_flag("--expose-server-details", args->grpc.server_details,
                 "gRPC GetServerInfo also reports the model directory and library versions");
-  cmd->add_option("--shutdown-timeout", args->shutdown_timeout_s,
-                  "Seconds in-flight requests get to finish after SIGTERM/SIGINT")
-      ->check(CLI::Range(0.0, 86400.0))
-      ->capture_default_str();
-  cmd->add_option("--max-pending-requests", args->max_pending_requests,
+  AddRangedOption(cmd, "--shutdown-timeout", args->shutdown_timeout_s,
+                  "Seconds in-flight requests get to finish after SIGTERM/SIGINT", 0.0, 86400.0);
+  AddRangedOption(cmd, "--max-pending-requests", args->max_pending_requests,
                   "Generation sequences that may wait beyond --max-num-seqs running; more get "
-                  "503 with Retry-After (-1 = 4 x --max-num-seqs)")
-      ->check(CLI::Range(-1, 1 << 24))
-      ->capture_default_str();
-  cmd->add_option("--max-connections", args->http.max_connections,
-                  "Open HTTP connections; more get 503 and are closed")
-      ->check(CLI::Range(1, 1 << 20))
-      ->capture_default_str();
-  cmd->add_option("--http-io-threads", args->http.io_threads,
-                  "HTTP event-loop threads (connections, probes, streams)")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
-  cmd->add_option("--http-worker-threads", args->http.worker_threads,
-                  "HTTP threads that parse, template and tokenize POST requests")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
-  cmd->add_option("--http-read-timeout", args->http.read_timeout_s,
-                  "Seconds a request's head and body may take to arrive, from its first byte")
-      ->check(CLI::Range(0.001, 86400.0))
-      ->capture_default_str();
-  cmd->add_option("--http-keep-alive-timeout", args->http.keep_alive_timeout_s,
-                  "Seconds an idle keep-alive connection stays open")
-      ->check(CLI::Range(0.001, 86400.0))
-      ->capture_default_str();
-  cmd->add_option("--http-write-timeout", args->http.write_timeout_s,
+                  "503 with Retry-After (-1 = 4 x --max-num-seqs)",
+                  -1, 1 << 24);
+  AddRangedOption(cmd, "--max-connections", args->http.max_connections,
+                  "Open HTTP connections; more get 503 and are closed", 1, 1 << 20);
+  AddRangedOption(cmd, "--http-io-threads", args->http.io_threads,
+                  "HTTP event-loop threads (connections, probes, streams)", 1, 64);
+  AddRangedOption(cmd, "--http-worker-threads", args->http.worker_threads,
+                  "HTTP threads that parse, template and tokenize POST requests", 1, 64);
+  AddRangedOption(cmd, "--http-read-timeout", args->http.read_timeout_s,
+                  "Seconds a request's head and body may take to arrive, from its first byte",
+                  0.001, 86400.0);
+  AddRangedOption(cmd, "--http-keep-alive-timeout", args->http.keep_alive_timeout_s,
+                  "Seconds an idle keep-alive connection stays open", 0.001, 86400.0);
+  AddRangedOption(cmd, "--http-write-timeout", args->http.write_timeout_s,
                   "Seconds a response write may make no progress (a client that stopped "
-                  "reading) before the request is aborted")
-      ->check(CLI::Range(0.001, 86400.0))
-      ->capture_default_str();
+                  "reading) before the request is aborted",
+                  0.001, 86400.0);
   cmd->add_flag("--disable-log-requests", args->disable_log_requests,
                 "Do not log one line per request");
   cmd->callback([args, cmd, kv_memory] {

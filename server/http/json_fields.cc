@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "server/http/openai_errors.h"
+#include "server/text/tool_calls.h"
 
 namespace tq::http {
 namespace {
@@ -86,26 +87,10 @@ std::string JsonTypeName(const json& value) {
 }
 
 int64_t JsonNestingDepth(std::string_view text) {
-  int64_t depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (const char ch : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (ch == '\\') {
-        escaped = true;
-      } else if (ch == '"') {
-        in_string = false;
-      }
-    } else if (ch == '"') {
-      in_string = true;
-    } else if (ch == '[' || ch == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if (ch == ']' || ch == '}') {
-      --depth;
-    }
-  }
-  return deepest;
+  // Scanned on past each value that closes (the brackets' depth back at 0).
+  JsonBracketScan scan;
+  for (size_t at = 0; at < text.size();) at = scan.Run(text, at);
+  return scan.deepest;
 }
 
 const json* FindField(const json& obj, std::string_view name) {

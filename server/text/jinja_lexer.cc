@@ -26,6 +26,10 @@ bool IsNameStart(char c) {
   return std::isalpha(static_cast<unsigned char>(c)) != 0 || c == '_';
 }
 
+// Python's one-letter escapes (\a \b \f \n \r \t \v) and the characters they stand for.
+constexpr std::string_view kLetterEscapes = "abfnrtv";
+constexpr std::string_view kLetterValues = "\a\b\f\n\r\t\v";
+
 // Python's "unicode-escape" decoding, which jinja2 applies to string
 // literals: \n \t \\ \' \xhh \uXXXX \UXXXXXXXX \ooo ...; an unknown escape
 // keeps its backslash; a backslash-newline is removed.
@@ -53,27 +57,6 @@ std::string DecodeEscapes(std::string_view raw, int line) {
       case '"':
         out += e;
         break;
-      case 'a':
-        out += '\a';
-        break;
-      case 'b':
-        out += '\b';
-        break;
-      case 'f':
-        out += '\f';
-        break;
-      case 'n':
-        out += '\n';
-        break;
-      case 'r':
-        out += '\r';
-        break;
-      case 't':
-        out += '\t';
-        break;
-      case 'v':
-        out += '\v';
-        break;
       case 'x':
         utf8::Append(out, hex(2));
         break;
@@ -87,7 +70,9 @@ std::string DecodeEscapes(std::string_view raw, int line) {
         break;
       }
       default:
-        if (e >= '0' && e <= '7') {
+        if (const size_t letter = kLetterEscapes.find(e); letter != std::string_view::npos) {
+          out += kLetterValues[letter];
+        } else if (e >= '0' && e <= '7') {
           char32_t cp = static_cast<char32_t>(e - '0');
           for (int k = 0; k < 2 && i + 1 < raw.size() && raw[i + 1] >= '0' && raw[i + 1] <= '7';
                ++k) {

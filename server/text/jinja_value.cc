@@ -363,36 +363,18 @@ void AppendJsonString(std::string_view s, std::string& out) {
   out += '"';
   for (const char ch : s) {
     const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += ch;
-        }
+    // The characters with a short escape, and the letter after its backslash.
+    constexpr std::string_view kShort = "\"\\\n\r\t\b\f";
+    constexpr std::string_view kLetter = "\"\\nrtbf";
+    if (const size_t k = kShort.find(ch); k != std::string_view::npos) {
+      out += '\\';
+      out += kLetter[k];
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += ch;
     }
   }
   out += '"';

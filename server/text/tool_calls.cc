@@ -1,6 +1,7 @@
 // Tool-call output parsers (see tool_calls.h).
 #include "server/text/tool_calls.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 namespace tq {
@@ -223,7 +224,7 @@ size_t JsonBracketScan::Run(std::string_view s, size_t from) {
     } else if (c == '"') {
       in_string = true;
     } else if (c == '{' || c == '[') {
-      ++depth;
+      deepest = std::max(deepest, ++depth);
     } else if ((c == '}' || c == ']') && --depth == 0) {
       return i + 1;
     }

@@ -67,9 +67,10 @@ struct ToolCallPiece {
 /// brackets outside strings (escapes honoured). State carries over between
 /// calls of Run() on a growing text. Does not validate the JSON.
 struct JsonBracketScan {
-  int depth = 0;
+  int64_t depth = 0;
   bool in_string = false;
   bool escape = false;
+  int64_t deepest = 0;  // the largest depth reached
 
   /// Scans s[from, s.size()) and returns the position just after the byte
   /// that brings the depth back to zero, or npos when the text ends first.
