@@ -476,11 +476,9 @@ LlamaWeights LoadLlamaWeights(const std::string& model_dir, const ModelConfig& c
   // whole table (tied): then it takes the matmul's layout (the CPU's panels
   // or int tiles, which its Embedding reads in place), or lm_head, the
   // largest matrix of a decode step, would run the slower row kernel. Under
-  // tensor parallelism lm_head is a row range of it, so it stays rows there
-  // (a panel or tile holds 64 or 16 rows).
-  if (w.lm_head.empty() && (embed_quantized || plan.world_size == 1)) {
-    PrepareForBackend(w.embed_tokens, backend);
-  }
+  // tensor parallelism lm_head is a row range of it (or, quantized, its own
+  // copy), so the table stays rows there (a panel or tile holds 64 or 16 rows).
+  if (w.lm_head.empty() && plan.world_size == 1) PrepareForBackend(w.embed_tokens, backend);
   for (const auto& [precision, bytes] : w.BytesByPrecision()) w.total_bytes += bytes;
   return w;
 }

@@ -26,6 +26,12 @@ constexpr size_t kAlignment = 64;
 
 constexpr size_t kHugePage = size_t{2} << 20;
 
+void* Zeroed(void* ptr, size_t bytes) {
+  if (!ptr) throw std::bad_alloc();
+  std::memset(ptr, 0, bytes);
+  return ptr;
+}
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int num_threads, const CpuMatMulChoice& choice)
@@ -39,17 +45,19 @@ class CpuBackend final : public Backend {
   }
 
   void* Allocate(size_t bytes) override {
-    // Buffers of 2 MiB and more (weights, the KV pool) in transparent huge
-    // pages where the kernel allows it (THP "madvise" mode, Debian's
-    // default): a decode step streams every weight once, and with 4 KiB
-    // pages its TLB misses cost a quarter of the single-thread bandwidth.
-    const size_t align = bytes >= kHugePage ? kHugePage : kAlignment;
-    const size_t rounded = (bytes + align - 1) / align * align;
-    void* ptr = std::aligned_alloc(align, rounded);
-    if (!ptr) throw std::bad_alloc();
-    if (align == kHugePage) madvise(ptr, rounded, MADV_HUGEPAGE);  // advice only
-    std::memset(ptr, 0, rounded);
-    return ptr;
+    const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    if (rounded < kHugePage) return Zeroed(std::aligned_alloc(kAlignment, rounded), rounded);
+    // Whole 2 MiB pages of it in transparent huge pages where the kernel
+    // allows it (THP "madvise" mode, Debian's default): a decode step streams
+    // every weight once, and with 4 KiB pages its TLB misses cost a quarter
+    // of the single-thread bandwidth. The reservation is whole huge pages
+    // (aligned_alloc's size rule), but only `rounded` bytes are touched and
+    // the tail past the last whole page is not advised, so resident memory
+    // stays what was asked for.
+    const size_t reserved = (rounded + kHugePage - 1) / kHugePage * kHugePage;
+    void* ptr = std::aligned_alloc(kHugePage, reserved);
+    if (ptr) madvise(ptr, rounded / kHugePage * kHugePage, MADV_HUGEPAGE);  // advice only
+    return Zeroed(ptr, rounded);
   }
   void Free(void* ptr) override { std::free(ptr); }
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
