@@ -51,10 +51,6 @@ Usage RequestRunner::usage() const {
   return usage;
 }
 
-std::vector<ChoiceDelta> RequestRunner::Poll(std::chrono::milliseconds timeout) {
-  return Convert(session_.Poll(timeout));
-}
-
 std::vector<ChoiceDelta> RequestRunner::Take() {
   return Convert(session_.Take());
 }

@@ -3,7 +3,6 @@
 // finish and stop reasons, usage).
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -50,11 +49,10 @@ class RequestRunner {
   /// submitted and rethrows (EngineUnavailable -> 503, tq::Error -> 400).
   void Submit();
 
-  /// Waits up to `timeout` for output of the unfinished choices and returns
-  /// what they produced (possibly nothing). A finished choice's last delta has
-  /// its finish_reason. After an error, returns nothing more.
-  std::vector<ChoiceDelta> Poll(std::chrono::milliseconds timeout);
-  /// Poll without waiting (after a SetNotify wake-up).
+  /// What the unfinished choices produced since the last call, without
+  /// waiting (after a SetNotify wake-up; possibly nothing). A finished
+  /// choice's last delta has its finish_reason. After an error, returns
+  /// nothing more.
   std::vector<ChoiceDelta> Take();
   /// See RequestSession::SetNotify (event-loop front ends).
   void SetNotify(std::function<void()> notify) { session_.SetNotify(std::move(notify)); }

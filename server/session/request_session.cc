@@ -2,7 +2,6 @@
 #include "server/session/request_session.h"
 
 #include <algorithm>
-#include <condition_variable>
 #include <mutex>
 
 #include "engine/runtime/engine.h"
@@ -24,19 +23,16 @@ struct RequestSession::Choice {
   bool finished = false;  // no more deltas; the engine request is done or aborted
 };
 
-// Wakes the owner when any choice's stream has output: a flag and a condition
-// variable for Poll, and the owner's notify for event loops. Lives as long as
-// the longest-lived stream listener.
+// Wakes the owner when any choice's stream has output: a flag and the
+// owner's notify. Lives as long as the longest-lived stream listener.
 struct RequestSession::Signal {
   std::mutex mu;
-  std::condition_variable cv;
   bool ready = false;
   std::function<void()> notify;
 
   void Raise() {
     std::lock_guard<std::mutex> lock(mu);
     ready = true;
-    cv.notify_all();
     if (notify) notify();  // under the lock: SetNotify({}) waits for it
   }
 };
@@ -142,15 +138,6 @@ std::vector<SessionDelta> RequestSession::Take() {
   }
   if (failure_) deltas.clear();
   return deltas;
-}
-
-std::vector<SessionDelta> RequestSession::Poll(std::chrono::milliseconds timeout) {
-  if (done()) return {};
-  {
-    std::unique_lock<std::mutex> lock(signal_->mu);
-    signal_->cv.wait_for(lock, timeout, [this] { return signal_->ready; });
-  }
-  return Take();
 }
 
 }  // namespace tq

@@ -3,7 +3,6 @@
 // finish, abort, error). The front ends keep only their wire formats.
 #pragma once
 
-#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -75,8 +74,6 @@ class RequestSession {
   /// Everything the unfinished choices produced since the last call, without
   /// waiting (empty deltas dropped).
   std::vector<SessionDelta> Take();
-  /// Waits up to `timeout` until some choice has output, then Take().
-  std::vector<SessionDelta> Poll(std::chrono::milliseconds timeout);
 
   /// Every choice finished, or the request failed.
   bool done() const;

@@ -65,11 +65,11 @@ class RunnerTest : public ::testing::Test {
     all.insert(all.end(), out.begin(), out.end());
     return tok_->Decode(all).substr(tok_->Decode(prompt).size());
   }
-  // Polls until done (bounded), concatenating each choice's deltas.
+  // Takes until done (bounded), concatenating each choice's deltas.
   static std::map<int32_t, ChoiceResult> Drain(RequestRunner& runner) {
     std::map<int32_t, ChoiceResult> results;
     for (int i = 0; i < 100 && !runner.done(); ++i) {
-      for (ChoiceDelta& d : runner.Poll(std::chrono::milliseconds(1))) {
+      for (ChoiceDelta& d : runner.Take()) {
         results[d.index].Append(std::move(d));
       }
     }
@@ -120,7 +120,7 @@ TEST_F(RunnerTest, DeltasConcatenateToTheWholeTextOnLength) {
   engine_.streams["req-0"]->Push(
       Out(Ids(out.begin(), out.begin() + half), FinishReason::kNone, static_cast<int32_t>(half)));
   std::string text;
-  for (ChoiceDelta& d : runner.Poll(std::chrono::milliseconds(1))) text += d.text;
+  for (ChoiceDelta& d : runner.Take()) text += d.text;
   engine_.streams["req-0"]->Push(Out(Ids(out.begin() + half, out.end()), FinishReason::kLength,
                                      static_cast<int32_t>(out.size())));
   auto results = Drain(runner);
@@ -136,7 +136,7 @@ TEST_F(RunnerTest, Utf8CharacterSplitOverByteTokensIsHeldBack) {
   RequestRunner runner(engine_.Calls(), *tok_, {Spec(0, prompt_)}, {}, false);
   runner.Submit();
   engine_.streams["req-0"]->Push(Out({0xC3 + 3}));
-  const auto first = runner.Poll(std::chrono::milliseconds(1));
+  const auto first = runner.Take();
   EXPECT_TRUE(first.empty() || first[0].text.empty());
   engine_.streams["req-0"]->Push(Out({0xA9 + 3}, FinishReason::kLength, 2));
   auto results = Drain(runner);
@@ -219,7 +219,7 @@ TEST_F(RunnerTest, EngineErrorFailsTheRequestAndAbortsTheRest) {
   EXPECT_EQ(runner.error()->status, 500);
   EXPECT_NE(runner.error()->message.find("step failed"), std::string::npos);
   EXPECT_EQ(engine_.aborts, std::vector<std::string>{"req-1"});
-  EXPECT_TRUE(runner.Poll(std::chrono::milliseconds(0)).empty());
+  EXPECT_TRUE(runner.Take().empty());
 }
 
 TEST_F(RunnerTest, ServerAbortIs503) {

@@ -1,7 +1,7 @@
 // RequestSession on a fake engine: the owner is woken through SetNotify
-// when any choice has output (also output pushed before the notify was set),
-// Poll waits for whichever choice speaks first, a stop string aborts with
-// kStop and is reported as the stream matched it, server aborts and engine
+// when any choice has output (whichever speaks first; also output pushed
+// before the notify was set), a stop string aborts with kStop and is
+// reported as the stream matched it, server aborts and engine
 // errors become failures. Expected texts come from whole-sequence
 // Tokenizer::Decode, or from the Python sentencepiece library
 // (tests/reference/sp_ref.py); the engine finish -> choice finish / failure /
@@ -9,8 +9,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
@@ -80,16 +82,27 @@ TEST_F(SessionTest, NotifyFiresForPendingAndNewOutput) {
   EXPECT_TRUE(engine_.aborts.empty());
 }
 
-TEST_F(SessionTest, PollWakesOnAnyChoice) {
+TEST_F(SessionTest, NotifyWakesOnAnyChoice) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool woken = false;
   RequestSession session(engine_.Calls(), *tok_, {Request("a"), Request("b")}, {});
   session.Submit();
+  session.SetNotify([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    woken = true;
+    cv.notify_all();
+  });
   std::thread engine([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     engine_.streams["b"]->Push(Out({5}));
   });
-  std::vector<SessionDelta> deltas;
-  for (int i = 0; i < 100 && deltas.empty(); ++i) deltas = session.Poll(std::chrono::seconds(10));
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(10), [&] { return woken; });
+  }
   engine.join();
+  const std::vector<SessionDelta> deltas = session.Take();
   ASSERT_EQ(deltas.size(), 1u);
   EXPECT_EQ(deltas[0].choice, 1u);
 }
