@@ -43,9 +43,15 @@ size_t WellFormed(std::string_view s, size_t i, size_t& bad) {
 
 }  // namespace
 
-char32_t Next(std::string_view s, size_t& i) {
+char32_t Next(std::string_view s, size_t& i, Invalid invalid) {
   const auto c = static_cast<unsigned char>(s[i]);
-  const size_t n = std::min(SeqLen(c), s.size() - i);
+  size_t n = std::min(SeqLen(c), s.size() - i);
+  if (invalid == Invalid::kByte &&
+      (n < SeqLen(c) || std::any_of(s.begin() + i + 1, s.begin() + i + n, [](char b) {
+         return (static_cast<unsigned char>(b) & 0xC0) != 0x80;
+       }))) {
+    n = 1;
+  }
   char32_t cp = n == 1 ? c : c & (0x7F >> n);
   for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
   i += n;

@@ -1,5 +1,5 @@
 // UTF-8 helpers of the tokenizer.json pipeline (engine/tokenizer/hf_*), also
-// used by the grammars, the Jinja lexer and gRPC's string field check.
+// used by the grammars, the Jinja interpreter and gRPC's string field check.
 #pragma once
 
 #include <cstdint>
@@ -26,8 +26,14 @@ inline int HexDigit(char c) {
   return -1;
 }
 
-/// The code point at s[i] of valid UTF-8 `s`; advances `i` past it.
-char32_t Next(std::string_view s, size_t& i);
+/// What Next does with a sequence that is not complete UTF-8 (a lead byte
+/// without all its continuation bytes, or a byte that starts none).
+enum class Invalid : uint8_t {
+  kAssumeValid,  // for valid UTF-8 only: decodes what bytes there are
+  kByte,         // the byte is a code point of its own (Python-like jinja strings)
+};
+/// The code point at s[i]; advances `i` past it.
+char32_t Next(std::string_view s, size_t& i, Invalid invalid = Invalid::kAssumeValid);
 /// Appends code point `cp` as UTF-8.
 void Append(std::string& out, char32_t cp);
 

@@ -163,7 +163,7 @@ class Lexer {
     if (strip) {
       while (to < src_.size()) {
         size_t k = to;
-        if (!IsPySpace(NextCodePoint(src_, k))) break;
+        if (!IsPySpace(utf8::Next(src_, k, utf8::Invalid::kByte))) break;
         to = k;
       }
     } else if (trim && to < src_.size() && src_[to] == '\n') {
@@ -187,7 +187,7 @@ class Lexer {
     while (true) {
       while (pos_ < src_.size()) {
         size_t k = pos_;
-        if (!IsPySpace(NextCodePoint(src_, k))) break;
+        if (!IsPySpace(utf8::Next(src_, k, utf8::Invalid::kByte))) break;
         Advance(k);
       }
       if (pos_ >= src_.size()) {

@@ -5,35 +5,9 @@
 
 namespace tq::jinja {
 
-char32_t NextCodePoint(std::string_view s, size_t& i) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  size_t len = 1;
-  char32_t cp = c;
-  if (c >= 0xC0 && c < 0xE0) {
-    len = 2, cp = c & 0x1F;
-  } else if (c >= 0xE0 && c < 0xF0) {
-    len = 3, cp = c & 0x0F;
-  } else if (c >= 0xF0 && c < 0xF8) {
-    len = 4, cp = c & 0x07;
-  }
-  if (len > 1) {
-    if (i + len > s.size()) len = 1, cp = c;
-    for (size_t k = 1; k < len; ++k) {
-      const auto cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xC0) != 0x80) {
-        len = 1, cp = c;
-        break;
-      }
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-  }
-  i += len;
-  return cp;
-}
-
 size_t CodePointCount(std::string_view s) {
   size_t n = 0;
-  for (size_t i = 0; i < s.size(); ++n) NextCodePoint(s, i);
+  for (size_t i = 0; i < s.size(); ++n) utf8::Next(s, i, utf8::Invalid::kByte);
   return n;
 }
 
@@ -42,7 +16,7 @@ std::vector<size_t> CodePointOffsets(std::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
     offsets.push_back(i);
-    NextCodePoint(s, i);
+    utf8::Next(s, i, utf8::Invalid::kByte);
   }
   offsets.push_back(s.size());
   return offsets;
@@ -60,7 +34,7 @@ bool InSet(char32_t cp, std::optional<std::string_view> chars) {
   if (!chars) return IsPySpace(cp);
   size_t i = 0;
   while (i < chars->size()) {
-    if (NextCodePoint(*chars, i) == cp) return true;
+    if (utf8::Next(*chars, i, utf8::Invalid::kByte) == cp) return true;
   }
   return false;
 }
@@ -84,7 +58,7 @@ std::string PyStrip(std::string_view s, std::optional<std::string_view> chars, b
   size_t e = off.size() - 1;  // code point indices [b, e)
   const auto cp_at = [&](size_t k) {
     size_t i = off[k];
-    return NextCodePoint(s, i);
+    return utf8::Next(s, i, utf8::Invalid::kByte);
   };
   if (left) {
     while (b < e && InSet(cp_at(b), chars)) ++b;
@@ -116,7 +90,7 @@ std::vector<std::string> PySplit(std::string_view s, std::optional<std::string_v
     size_t j = i;
     while (j < s.size()) {
       size_t k = j;
-      if (!IsPySpace(NextCodePoint(s, k))) break;
+      if (!IsPySpace(utf8::Next(s, k, utf8::Invalid::kByte))) break;
       j = k;
     }
     if (j >= s.size()) break;
@@ -127,7 +101,7 @@ std::vector<std::string> PySplit(std::string_view s, std::optional<std::string_v
     size_t end = j;
     while (end < s.size()) {
       size_t k = end;
-      if (IsPySpace(NextCodePoint(s, k))) break;
+      if (IsPySpace(utf8::Next(s, k, utf8::Invalid::kByte))) break;
       end = k;
     }
     out.emplace_back(s.substr(j, end - j));

@@ -8,11 +8,12 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/tokenizer/utf8.h"
+
 namespace tq::jinja {
 
-/// Decodes the code point at s[i] and advances i past it. An invalid byte
-/// decodes as itself (one byte), so every input is consumed.
-char32_t NextCodePoint(std::string_view s, size_t& i);
+// Code points are decoded with utf8::Next(s, i, utf8::Invalid::kByte): an
+// invalid byte decodes as itself (one byte), so every input is consumed.
 /// Number of code points (Python len()).
 size_t CodePointCount(std::string_view s);
 /// Byte offset of every code point of `s`, plus s.size() at the end.

@@ -174,7 +174,7 @@ std::string ReprString(std::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
     const size_t start = i;
-    const char32_t cp = NextCodePoint(s, i);
+    const char32_t cp = utf8::Next(s, i, utf8::Invalid::kByte);
     char buf[16];
     if (cp == static_cast<char32_t>(quote) || cp == U'\\') {
       out += '\\';
@@ -267,7 +267,7 @@ std::vector<Value> Value::Iterate() const {
       size_t i = 0;
       while (i < str().size()) {
         const size_t start = i;
-        NextCodePoint(str(), i);
+        utf8::Next(str(), i, utf8::Invalid::kByte);
         chars.emplace_back(str().substr(start, i - start));
       }
       return chars;
