@@ -5,7 +5,7 @@
 // Pre-RoPE keys carry a few channels with large, consistent offsets and magnitudes; removing
 // them per channel is what lets a 3-bit rotated codebook work. μ and σ are measured, not
 // guessed: a short text (by default the built-in one below, else a user's file) is run
-// through the model with an uncompressed cache while a ForwardObserver (OnKeys) feeds each
+// through the model with an uncompressed cache while a ForwardObserver (on_keys) feeds each
 // layer's pre-RoPE keys to a KeyStatsAccumulator. The result can be saved and loaded so that
 // start-up does not repeat the run.
 //
@@ -48,14 +48,14 @@ struct KeyChannelStats {
 /// Running per-channel sums of pre-RoPE keys, in double precision (each Add is reduced in two
 /// passes and merged with Chan et al.'s parallel update, so large channel offsets do not
 /// cancel the variance). Not thread-safe: fed from the engine thread only, typically by a
-/// ForwardObserver::OnKeys.
+/// ForwardObserver::on_keys.
 class KeyStatsAccumulator {
  public:
   /// Throws std::invalid_argument unless all three sizes are positive.
   KeyStatsAccumulator(int32_t num_layers, int32_t num_kv_heads, int32_t head_dim);
 
   /// Adds `num_tokens` keys of `layer`: keys is [num_tokens, num_kv_heads, head_dim] fp32 in
-  /// host memory (the ForwardObserver::OnKeys layout). num_tokens == 0 is a no-op. Throws
+  /// host memory (the ForwardObserver::on_keys layout). num_tokens == 0 is a no-op. Throws
   /// std::invalid_argument for a layer out of range, a negative count, or null keys.
   void Add(int32_t layer, const float* keys, int32_t num_tokens);
 

@@ -75,14 +75,14 @@ const float* LlamaModel::ObservedCopy(const float* x, size_t n) {
 
 void LlamaModel::ObserveLinearInput(int32_t layer, LinearInput input, const float* x, int32_t rows,
                                     int32_t cols) {
-  if (observer_ == nullptr || !observer_->wants_linear_inputs()) return;
-  observer_->OnLinearInput(layer, input, ObservedCopy(x, size_t{1} * rows * cols), rows, cols);
+  if (observer_ == nullptr || !observer_->on_linear_input) return;
+  observer_->on_linear_input(layer, input, ObservedCopy(x, size_t{1} * rows * cols), rows, cols);
 }
 
 void LlamaModel::ObserveKeys(int32_t layer, int32_t num_tokens) {
-  if (observer_ == nullptr || !observer_->wants_keys()) return;
+  if (observer_ == nullptr || !observer_->on_keys) return;
   const size_t n = size_t{1} * num_tokens * plan_.num_kv_heads * config_.head_dim;
-  observer_->OnKeys(layer, ObservedCopy(k_.as<float>(), n), num_tokens);
+  observer_->on_keys(layer, ObservedCopy(k_.as<float>(), n), num_tokens);
 }
 
 void LlamaModel::EnsureWorkspace(int32_t num_tokens, int32_t num_logits) {

@@ -50,8 +50,9 @@ ActivationMoments MeasureActivationMoments(OfflineEngine& generator,
                                            const std::vector<int32_t>& tokens) {
   ActivationMoments moments(generator.files().config);
   LlamaModel& model = generator.model();
-  CallbackObserver observer({}, [&](int32_t layer, LinearInput input, const float* x, int32_t rows,
-                                    int32_t cols) { moments.Add(layer, input, x, rows, cols); });
+  ForwardObserver observer{
+      .on_linear_input = [&](int32_t layer, LinearInput input, const float* x, int32_t rows,
+                             int32_t cols) { moments.Add(layer, input, x, rows, cols); }};
   const ScopedForwardObserver scoped(model, &observer);
   const size_t window = static_cast<size_t>(generator.max_model_len());
   for (size_t begin = 0; begin < tokens.size(); begin += window) {

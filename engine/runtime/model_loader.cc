@@ -241,13 +241,13 @@ KeyChannelStats CalibrateKeys(LoadedModel& m, const EngineOptions& options,
   // Deques: the models point at elements, which emplace_back never moves.
   const int world = m.executor->world_size();
   std::vector<KeyStatsAccumulator> acc;
-  std::deque<CallbackObserver> observers;
+  std::deque<ForwardObserver> observers;
   std::deque<ScopedForwardObserver> scoped;  // removes them on every exit path
   acc.reserve(world);
   for (int r = 0; r < world; ++r) {
     acc.emplace_back(c.num_hidden_layers, layout.num_kv_heads, c.head_dim);
-    observers.emplace_back(
-        [&acc, r](int32_t layer, const float* keys, int32_t n) { acc[r].Add(layer, keys, n); });
+    observers.push_back(
+        {[&acc, r](int32_t layer, const float* keys, int32_t n) { acc[r].Add(layer, keys, n); }});
     scoped.emplace_back(*m.executor->worker(r).model, &observers.back());
   }
   std::vector<float> logits;

@@ -229,10 +229,10 @@ TEST(ArchKeys, ObservedKeysAreTheCachedKeys) {
   LoadedModel m = LoadModel(Options(ModelDir("qwen3")));
   const ModelConfig& c = m.executor->model().config();
   std::vector<std::vector<float>> observed(static_cast<size_t>(c.num_hidden_layers));
-  CallbackObserver observer([&](int32_t layer, const float* keys, int32_t n) {
+  ForwardObserver observer{[&](int32_t layer, const float* keys, int32_t n) {
     observed[static_cast<size_t>(layer)].assign(
         keys, keys + static_cast<size_t>(n) * c.num_key_value_heads * c.head_dim);
-  });
+  }};
   const ScopedForwardObserver scoped(m.executor->model(), &observer);
   ForwardBatch b;
   b.token_ids = {1};

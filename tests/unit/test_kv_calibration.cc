@@ -382,8 +382,8 @@ TEST(KeyCalibration, BundledModelOnBuiltinText) {
   if (tokens.size() > static_cast<size_t>(gen.max_model_len())) tokens.resize(gen.max_model_len());
 
   KeyStatsAccumulator acc(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim);
-  CallbackObserver observer(
-      [&acc](int32_t layer, const float* keys, int32_t n) { acc.Add(layer, keys, n); });
+  ForwardObserver observer{
+      [&acc](int32_t layer, const float* keys, int32_t n) { acc.Add(layer, keys, n); }};
   std::vector<float> logits;
   {
     const ScopedForwardObserver scoped(gen.model(), &observer);
