@@ -153,11 +153,4 @@ void PrefillSequence(ModelExecutor& executor, const BlockTable& table,
                   table, tokens, begin, chunk, all_logits, logits);
 }
 
-void PrefillSequence(LlamaModel& model, PagedKvCache& cache, const BlockTable& table,
-                     std::span<const int32_t> tokens, int32_t begin, int32_t chunk, bool all_logits,
-                     std::vector<float>* logits) {
-  PrefillSequence([&](const ForwardBatch& b, std::vector<float>* l) { model.Forward(b, cache, l); },
-                  table, tokens, begin, chunk, all_logits, logits);
-}
-
 }  // namespace tq

@@ -129,10 +129,5 @@ void PrefillSequence(const ForwardStep& forward, const BlockTable& table,
 void PrefillSequence(ModelExecutor& executor, const BlockTable& table,
                      std::span<const int32_t> tokens, int32_t begin, int32_t chunk, bool all_logits,
                      std::vector<float>* logits);
-/// PrefillSequence on one model outside an executor (single-rank tests that
-/// build the model and cache themselves).
-void PrefillSequence(LlamaModel& model, PagedKvCache& cache, const BlockTable& table,
-                     std::span<const int32_t> tokens, int32_t begin, int32_t chunk, bool all_logits,
-                     std::vector<float>* logits);
 
 }  // namespace tq

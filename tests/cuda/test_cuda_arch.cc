@@ -84,7 +84,9 @@ GreedyTokens Greedy(const std::string& dir, kernels::Backend* backend, kernels::
   for (int32_t step = 0; step < kNewTokens; ++step) {
     EXPECT_TRUE(table.EnsureCapacity(pool, static_cast<int32_t>(run.tokens.size())));
     std::vector<float> logits;
-    PrefillSequence(model, cache, table, run.tokens, done, 512, false, &logits);
+    PrefillSequence(
+        [&](const ForwardBatch& b, std::vector<float>* l) { model.Forward(b, cache, l); }, table,
+        run.tokens, done, 512, false, &logits);
     done = static_cast<int32_t>(run.tokens.size());
     run.tokens.push_back(
         static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));

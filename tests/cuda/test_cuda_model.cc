@@ -50,7 +50,9 @@ std::vector<int32_t> Greedy(kernels::Backend* backend, kernels::KvDtype dtype,
   std::vector<float> logits;
   for (int32_t step = 0; step < kNewTokens; ++step) {
     EXPECT_TRUE(table.EnsureCapacity(pool, static_cast<int32_t>(tokens.size())));
-    PrefillSequence(model, cache, table, tokens, done, 512, false, &logits);
+    PrefillSequence(
+        [&](const ForwardBatch& b, std::vector<float>* l) { model.Forward(b, cache, l); }, table,
+        tokens, done, 512, false, &logits);
     done = static_cast<int32_t>(tokens.size());
     tokens.push_back(
         static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
