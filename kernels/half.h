@@ -1,23 +1,19 @@
 // IEEE 754 binary16 and bfloat16 conversions (host side, round to nearest even).
 #pragma once
 
+#include <bit>
 #include <cstdint>
-#include <cstring>
 
 namespace tq::kernels {
 
 /// bfloat16 bits -> float (exact).
 inline float Bf16ToFloat(uint16_t h) {
-  uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
+  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
 }
 
 /// float -> bfloat16 bits, round to nearest even; NaN stays NaN.
 inline uint16_t FloatToBf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
+  uint32_t bits = std::bit_cast<uint32_t>(f);
   if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
   bits += 0x7fffu + ((bits >> 16) & 1u);
   return static_cast<uint16_t>(bits >> 16);
@@ -43,15 +39,12 @@ inline float HalfToFloat(uint16_t h) {
     }
     bits = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
   }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
+  return std::bit_cast<float>(bits);
 }
 
 /// float -> IEEE half bits, round to nearest even, overflow to inf.
 inline uint16_t FloatToHalf(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
+  const uint32_t bits = std::bit_cast<uint32_t>(f);
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t abs = bits & 0x7fffffffu;
   if (abs > 0x7f800000u) return sign | 0x7e00u;   // NaN
