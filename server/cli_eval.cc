@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/common/error.h"
+#include "engine/runtime/model_loader.h"
 #include "engine/runtime/offline_engine.h"
 #include "engine/runtime/perplexity.h"
 #include "server/cli_commands.h"
@@ -82,8 +83,8 @@ void RunEval(EvalArgs& args) {
       std::string(kernels::KvDtypeName(generator.kv_cache().layout().dtype)).c_str());
   using Seconds = std::chrono::duration<double>;
   const double eval_s = Seconds(end - start).count();
-  if (!generator.device_note().empty()) {
-    std::fprintf(stderr, "[tqserve] %s\n", generator.device_note().c_str());
+  if (!generator.loaded().device_note.empty()) {
+    std::fprintf(stderr, "[tqserve] %s\n", generator.loaded().device_note.c_str());
   }
   std::printf("%s\n", WeightsSummary(generator.model()).c_str());
   std::printf("%s\n", DescribeKvCache(generator).c_str());

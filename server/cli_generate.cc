@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/common/error.h"
+#include "engine/runtime/model_loader.h"
 #include "engine/runtime/offline_engine.h"
 #include "server/cli_commands.h"
 #include "server/text/detokenizer.h"
@@ -42,8 +43,8 @@ void RunGenerate(GenerateArgs& args) {
   const std::vector<int32_t> prompt = tokenizer.Encode(args.prompt, !args.no_bos);
   generator.CheckRequest(prompt, params);  // before echoing the prompt
   if (!args.quiet) {
-    if (!generator.device_note().empty()) {
-      std::fprintf(stderr, "[tqserve] %s\n", generator.device_note().c_str());
+    if (!generator.loaded().device_note.empty()) {
+      std::fprintf(stderr, "[tqserve] %s\n", generator.loaded().device_note.c_str());
     }
     std::fprintf(stderr, "[tqserve] %s\n", WeightsSummary(generator.model()).c_str());
     std::fprintf(stderr, "[tqserve] %s\n", DescribeKvCache(generator).c_str());
@@ -96,8 +97,8 @@ void RunGenerate(GenerateArgs& args) {
 std::string DescribeKvCache(const OfflineEngine& generator) {
   const kernels::KvLayout& l = generator.kv_cache().layout();
   return KvCacheLine(l.dtype, l.head_dim, l.num_blocks, l.block_size,
-                     generator.kv_cache().total_bytes(), generator.kv_calibration_source(),
-                     generator.kv_dtype_choice().Describe());
+                     generator.kv_cache().total_bytes(), generator.loaded().kv_calibration_source,
+                     generator.loaded().kv_dtype_choice.Describe());
 }
 
 void AddGenerateCommand(CLI::App& app) {

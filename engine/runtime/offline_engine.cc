@@ -47,15 +47,6 @@ const PagedKvCache& OfflineEngine::kv_cache() const {
 const BlockPool& OfflineEngine::block_pool() const {
   return core_->scheduler().block_pool();
 }
-const std::string& OfflineEngine::kv_calibration_source() const {
-  return loaded_->kv_calibration_source;
-}
-const KvDtypeChoice& OfflineEngine::kv_dtype_choice() const {
-  return loaded_->kv_dtype_choice;
-}
-const std::string& OfflineEngine::device_note() const {
-  return loaded_->device_note;
-}
 int32_t OfflineEngine::max_model_len() const {
   return loaded_->max_model_len;
 }
@@ -63,10 +54,6 @@ int32_t OfflineEngine::max_model_len() const {
 void OfflineEngine::CheckRequest(std::span<const int32_t> prompt,
                                  const SamplingParams& params) const {
   CheckRequestIds(prompt, params, loaded_->max_model_len, files().config.vocab_size);
-}
-
-void OfflineEngine::CheckPrompt(std::span<const int32_t> prompt) const {
-  CheckPromptIds(prompt, loaded_->max_model_len, files().config.vocab_size);
 }
 
 namespace {
@@ -128,7 +115,9 @@ GenerationResult OfflineEngine::Generate(std::span<const int32_t> prompt,
 
 std::vector<std::vector<double>> OfflineEngine::ScorePrompts(
     std::span<const std::vector<int32_t>> prompts) {
-  for (const std::vector<int32_t>& prompt : prompts) CheckPrompt(prompt);
+  for (const std::vector<int32_t>& prompt : prompts) {
+    CheckPromptIds(prompt, loaded_->max_model_len, files().config.vocab_size);
+  }
   std::vector<std::shared_ptr<RequestStream>> streams;
   streams.reserve(prompts.size());
   for (const std::vector<int32_t>& prompt : prompts) {
@@ -155,7 +144,7 @@ std::vector<std::vector<double>> OfflineEngine::ScorePrompts(
 }
 
 std::vector<float> OfflineEngine::PromptLogits(std::span<const int32_t> tokens) {
-  CheckPrompt(tokens);
+  CheckPromptIds(tokens, loaded_->max_model_len, files().config.vocab_size);
   BlockPool& pool = core_->idle_block_pool();
   ScopedBlockTable scoped(pool, loaded_->executor->cache().layout().block_size);
   BlockTable& table = scoped.get();

@@ -56,7 +56,8 @@ class OfflineEngine {
   /// each prompt, ln p(prompt[t] | prompt[0..t)) for t = 1 .. n-1, in double
   /// (PositionLogprobs::chosen_logprob). All prompts are submitted at once
   /// and batched by the scheduler. Throws tq::Error when a prompt is rejected
-  /// (CheckPrompt) or a step fails.
+  /// (CheckPromptIds: empty, an id outside the vocabulary, longer than
+  /// max_model_len) or a step fails.
   std::vector<std::vector<double>> ScorePrompts(std::span<const std::vector<int32_t>> prompts);
 
   /// Logits [tokens.size(), vocab] at every position of `tokens`: one forward
@@ -65,11 +66,9 @@ class OfflineEngine {
   /// tests and calibration that need whole rows; serving never calls it.
   std::vector<float> PromptLogits(std::span<const int32_t> tokens);
 
-  /// Throws tq::Error when `prompt` is empty, has an id outside the
-  /// vocabulary or is longer than max_model_len.
-  void CheckPrompt(std::span<const int32_t> prompt) const;
-  /// CheckPrompt, SamplingParams::Validate, and stop token ids inside the
-  /// vocabulary: everything Generate rejects, checked without running.
+  /// CheckRequestIds (the prompt, SamplingParams::Validate, and stop token
+  /// ids inside the vocabulary): everything Generate rejects, checked
+  /// without running.
   void CheckRequest(std::span<const int32_t> prompt, const SamplingParams& params) const;
 
   const ModelFiles& files() const;
@@ -78,13 +77,9 @@ class OfflineEngine {
   const PagedKvCache& kv_cache() const;
   /// The engine core's KV block pool (every block free between calls).
   const BlockPool& block_pool() const;
-  /// How the tq key statistics were obtained ("" for other KV dtypes), e.g.
-  /// "calibrated on the built-in text (412 tokens)" or "loaded from FILE".
-  const std::string& kv_calibration_source() const;
-  /// What --kv-cache-dtype auto measured and chose (automatic false otherwise).
-  const KvDtypeChoice& kv_dtype_choice() const;
-  /// Why --device auto runs on the CPU; empty otherwise (LoadedModel::device_note).
-  const std::string& device_note() const;
+  /// What LoadModel made: also how the KV format and the device were chosen
+  /// (kv_calibration_source, kv_dtype_choice, device_note).
+  const LoadedModel& loaded() const { return *loaded_; }
   int32_t max_model_len() const;
 
  private:

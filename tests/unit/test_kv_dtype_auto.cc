@@ -14,6 +14,7 @@
 
 #include "engine/kv/kv_calibration.h"
 #include "engine/runtime/kv_dtype_auto.h"
+#include "engine/runtime/model_loader.h"
 #include "engine/runtime/offline_engine.h"
 #include "engine/runtime/perplexity.h"
 #include "sanitizer_build.h"
@@ -90,7 +91,7 @@ KvDtypeChoice CheckedChoice(const std::string& model) {
   o.num_threads = 1;
   o.kv_cache_dtype_auto = true;
   OfflineEngine gen(o);
-  const KvDtypeChoice choice = gen.kv_dtype_choice();
+  const KvDtypeChoice choice = gen.loaded().kv_dtype_choice;
   EXPECT_TRUE(choice.automatic);
   EXPECT_EQ(gen.kv_cache().layout().dtype, choice.dtype);
   // The held-out sequence: BOS, then the built-in held-out text's first tokens.
