@@ -86,14 +86,6 @@ void GrpcServer::StartDraining() {
   cv_.notify_all();
 }
 
-bool GrpcServer::WaitIdle(std::chrono::steady_clock::time_point deadline) {
-  return service_->WaitIdle(deadline);
-}
-
-int64_t GrpcServer::in_flight() const {
-  return service_->in_flight();
-}
-
 bool GrpcServer::Serving() const {
   const Engine* engine = service_->engine();
   if (engine == nullptr || service_->draining()) return false;

@@ -27,8 +27,8 @@ inline constexpr const char* kGenerationServiceName = "tqserve.v1.GenerationServ
 /// alive (EngineStats::alive) and not draining; a monitor thread re-checks
 /// every 100 ms, so an engine failure turns it NOT_SERVING. Reflection
 /// (grpc.reflection.v1alpha, what grpcurl and Postman use) lists the service.
-/// Start, SetEngine, StartDraining, WaitIdle and Stop are called from one
-/// serving thread; the calls themselves run on gRPC's threads.
+/// Start, SetEngine, StartDraining, service().WaitIdle and Stop are called
+/// from one serving thread; the calls themselves run on gRPC's threads.
 class GrpcServer {
  public:
   /// `metrics` may be null; it must outlive the server.
@@ -48,15 +48,12 @@ class GrpcServer {
   /// Health NOT_SERVING and new calls UNAVAILABLE; Generate calls in flight
   /// continue (the caller drains the engine: Engine::StartDraining).
   void StartDraining();
-  /// Waits until no Generate call is in flight or `deadline`; true when idle.
-  bool WaitIdle(std::chrono::steady_clock::time_point deadline);
-  /// Generate calls in flight.
-  int64_t in_flight() const;
   /// Shuts down: calls still running after `grace` are cancelled (a
   /// cancelled Generate aborts its engine request), then waits for their
   /// handlers. Idempotent.
   void Stop(std::chrono::milliseconds grace = std::chrono::milliseconds(0));
 
+  /// The service: Generate calls in flight (in_flight, WaitIdle).
   GenerationServiceImpl& service() { return *service_; }
 
  private:

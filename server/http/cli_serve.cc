@@ -154,11 +154,11 @@ void Drain(http::HttpServer& server, grpc_api::GrpcServer* grpc, Engine& engine,
   if (grpc != nullptr) grpc->StartDraining();
   engine.StartDraining();
   const auto in_flight = [&] {
-    return server.state().in_flight() + (grpc != nullptr ? grpc->in_flight() : 0);
+    return server.state().in_flight() + (grpc != nullptr ? grpc->service().in_flight() : 0);
   };
   // Both idle by `until` (gRPC only checked once HTTP is).
   const auto wait_idle = [&](Clock::time_point until) {
-    return server.state().WaitIdle(until) && (grpc == nullptr || grpc->WaitIdle(until));
+    return server.state().WaitIdle(until) && (grpc == nullptr || grpc->service().WaitIdle(until));
   };
   spdlog::info("draining: {} request(s) in flight, up to {} s", in_flight(), timeout_s);
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
@@ -201,7 +201,7 @@ constexpr double kFailureProbeSeconds = 1.0;
                    kFailureWriteSeconds + 1.5);
   const auto write_deadline = seconds(kFailureWriteSeconds);
   const bool idle = server.state().WaitIdle(write_deadline) &&
-                    (grpc == nullptr || grpc->WaitIdle(write_deadline));
+                    (grpc == nullptr || grpc->service().WaitIdle(write_deadline));
   if (!idle)
     spdlog::warn("engine failure: {} request(s) left unanswered", server.state().in_flight());
   std::this_thread::sleep_until(std::max(Clock::now(), seconds(kFailureProbeSeconds)));

@@ -82,7 +82,7 @@ TEST(GrpcLifecycle, HundredClientCancelsLeaveNothingRunning) {
   // Every handler saw its call cancelled (and aborted the engine request).
   EXPECT_TRUE(WaitUntil([&] { return GrpcRequests(s, "Generate", "CANCELLED") == 100; }))
       << GrpcRequests(s, "Generate", "CANCELLED");
-  EXPECT_EQ(s.server->in_flight(), 0);
+  EXPECT_EQ(s.server->service().in_flight(), 0);
 }
 
 TEST(GrpcLifecycle, HundredDeadlinesOf50msLeaveNothingRunning) {
@@ -100,7 +100,7 @@ TEST(GrpcLifecycle, HundredDeadlinesOf50msLeaveNothingRunning) {
   EXPECT_EQ(expired.load(), 100);
   EXPECT_GT(got_tokens.load(), 0) << "no stream got as far as generating";
   ExpectEngineIdle(*s.engine);
-  EXPECT_TRUE(WaitUntil([&] { return s.server->in_flight() == 0; }));
+  EXPECT_TRUE(WaitUntil([&] { return s.server->service().in_flight() == 0; }));
 }
 
 // Disabled because it is not a test on its own: KilledClientProcessAbortsTheRequest
@@ -222,14 +222,15 @@ TEST(GrpcLifecycle, LoadingThenServingThenDraining) {
   grpc::ClientContext c2;
   ASSERT_TRUE(s.stub->GetServerInfo(&c2, {}, &info).ok()) << "info answers while draining";
   EXPECT_TRUE(info.state().draining());
-  EXPECT_EQ(s.server->in_flight(), 1);
-  EXPECT_FALSE(s.server->WaitIdle(std::chrono::steady_clock::now()));
+  EXPECT_EQ(s.server->service().in_flight(), 1);
+  EXPECT_FALSE(s.server->service().WaitIdle(std::chrono::steady_clock::now()));
 
   while (reader->Read(&m)) tokens += m.token_ids_size();
   EXPECT_TRUE(reader->Finish().ok());
   EXPECT_EQ(tokens, 300);
   EXPECT_EQ(m.finish_reason(), pb::FINISH_REASON_LENGTH);
-  EXPECT_TRUE(s.server->WaitIdle(std::chrono::steady_clock::now() + std::chrono::seconds(2)));
+  EXPECT_TRUE(
+      s.server->service().WaitIdle(std::chrono::steady_clock::now() + std::chrono::seconds(2)));
 }
 
 TEST(GrpcLifecycle, DrainTimeoutAbortEndsStreamsUnavailable) {
@@ -301,7 +302,7 @@ TEST(GrpcLifecycle, StreamsBeyondTheLimitAreResourceExhausted) {
   }
   r1->Finish();
   r2->Finish();
-  ASSERT_TRUE(WaitUntil([&] { return s.server->in_flight() == 0; }));
+  ASSERT_TRUE(WaitUntil([&] { return s.server->service().in_flight() == 0; }));
   EXPECT_TRUE(RunGenerate(*s.stub, GreedyRequest("Hi", 1)).status.ok());
   ExpectEngineIdle(*s.engine);
 }
