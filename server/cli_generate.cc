@@ -8,6 +8,7 @@
 #include "engine/common/error.h"
 #include "engine/runtime/model_loader.h"
 #include "engine/runtime/offline_engine.h"
+#include "engine/runtime/request.h"
 #include "server/cli_commands.h"
 #include "server/text/detokenizer.h"
 
@@ -41,7 +42,8 @@ void RunGenerate(GenerateArgs& args) {
 
   const Tokenizer& tokenizer = generator.tokenizer();
   const std::vector<int32_t> prompt = tokenizer.Encode(args.prompt, !args.no_bos);
-  generator.CheckRequest(prompt, params);  // before echoing the prompt
+  // Generate's checks, before echoing the prompt.
+  CheckRequestIds(prompt, params, generator.max_model_len(), files.config.vocab_size);
   if (!args.quiet) {
     if (!generator.loaded().device_note.empty()) {
       std::fprintf(stderr, "[tqserve] %s\n", generator.loaded().device_note.c_str());

@@ -51,11 +51,6 @@ int32_t OfflineEngine::max_model_len() const {
   return loaded_->max_model_len;
 }
 
-void OfflineEngine::CheckRequest(std::span<const int32_t> prompt,
-                                 const SamplingParams& params) const {
-  CheckRequestIds(prompt, params, loaded_->max_model_len, files().config.vocab_size);
-}
-
 namespace {
 
 // Steps `core` until every stream has delivered its finished output, passing
@@ -93,7 +88,7 @@ void RunToCompletion(EngineCore& core, const std::vector<std::shared_ptr<Request
 GenerationResult OfflineEngine::Generate(std::span<const int32_t> prompt,
                                          const SamplingParams& params,
                                          const std::function<void(int32_t)>& on_token) {
-  CheckRequest(prompt, params);
+  CheckRequestIds(prompt, params, loaded_->max_model_len, files().config.vocab_size);
   EngineRequest request;
   request.request_id = "offline-" + std::to_string(next_request_++);
   request.prompt_ids.assign(prompt.begin(), prompt.end());

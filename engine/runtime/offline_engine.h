@@ -47,8 +47,8 @@ class OfflineEngine {
 
   /// Generates a continuation of `prompt` (token ids, BOS included when
   /// wanted) as one engine request. on_token is called with each new token
-  /// after the step that sampled it. Throws tq::Error when CheckRequest
-  /// rejects the request or the engine step fails.
+  /// after the step that sampled it. Throws tq::Error when CheckRequestIds
+  /// rejects the request (before it runs) or the engine step fails.
   GenerationResult Generate(std::span<const int32_t> prompt, const SamplingParams& params,
                             const std::function<void(int32_t)>& on_token = {});
 
@@ -65,11 +65,6 @@ class OfflineEngine {
   /// scheduler (blocks borrowed from its pool while no request is live). For
   /// tests and calibration that need whole rows; serving never calls it.
   std::vector<float> PromptLogits(std::span<const int32_t> tokens);
-
-  /// CheckRequestIds (the prompt, SamplingParams::Validate, and stop token
-  /// ids inside the vocabulary): everything Generate rejects, checked
-  /// without running.
-  void CheckRequest(std::span<const int32_t> prompt, const SamplingParams& params) const;
 
   const ModelFiles& files() const;
   LlamaModel& model();
