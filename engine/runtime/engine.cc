@@ -150,7 +150,7 @@ void Engine::State::Run() {
   }
   if (!failure.empty()) {
     std::fprintf(stderr, "tqserve: engine step failed: %s\n", failure.c_str());
-    core->FailAll("engine failure: " + failure);
+    core->AbortAll(FinishReason::kError, "engine failure: " + failure);
   } else {
     core->AbortAll();
   }

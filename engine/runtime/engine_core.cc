@@ -60,15 +60,11 @@ void EngineCore::Abort(const std::string& request_id, FinishReason reason) {
   }
 }
 
-void EngineCore::AbortAll() {
-  for (const std::string& id : scheduler_.LiveRequestIds()) Abort(id);
-}
-
-void EngineCore::FailAll(const std::string& message) {
+void EngineCore::AbortAll(FinishReason reason, const std::string& error) {
   for (const std::string& id : scheduler_.LiveRequestIds()) {
-    std::optional<RequestUpdate> update = scheduler_.Abort(id, Clock::now(), FinishReason::kError);
+    std::optional<RequestUpdate> update = scheduler_.Abort(id, Clock::now(), reason);
     if (!update) continue;
-    update->output.error = message;
+    update->output.error = error;
     Deliver(*update);
   }
 }

@@ -47,10 +47,9 @@ class EngineCore {
   /// Ends a live request now with `reason` (its blocks are free when this
   /// returns).
   void Abort(const std::string& request_id, FinishReason reason = FinishReason::kAbort);
-  /// Aborts every live request (drain timeout, shutdown).
-  void AbortAll();
-  /// Ends every live request with kError and `message` (engine failure).
-  void FailAll(const std::string& message);
+  /// Ends every live request with `reason`: kAbort on a drain timeout or
+  /// shutdown, kError with `error` as its message on an engine failure.
+  void AbortAll(FinishReason reason = FinishReason::kAbort, const std::string& error = "");
 
   /// One step: Schedule, Execute, Update, deliver outputs. Returns false when
   /// there was nothing to run.

@@ -89,10 +89,6 @@ void RequestSession::Fail(SessionFailure failure) {
   AbortAll();
 }
 
-const EngineRequest& RequestSession::request(size_t choice) const {
-  return choices_[choice]->request;
-}
-
 int32_t RequestSession::completion_tokens(size_t choice) const {
   return choices_[choice]->decoder.completion_tokens();
 }

@@ -81,7 +81,6 @@ class RequestSession {
   /// Aborts every unfinished choice (client gone): done() afterwards.
   void AbortAll();
 
-  const EngineRequest& request(size_t choice) const;
   /// Tokens choice `choice` produced (final once it finished).
   int32_t completion_tokens(size_t choice) const;
   /// Prompt tokens of choice `choice` found in the prefix cache (usage).
