@@ -74,8 +74,7 @@ Result RunBatch(tq::LoadedModel& m, const Flags& f, int batch, std::mt19937& rng
     r.sampling.temperature = 0;
     r.sampling.ignore_eos = true;
     r.sampling.max_tokens = f.output_tokens;
-    core->AddRequest(std::move(r), std::make_shared<tq::RequestStream>(std::to_string(b)),
-                     Clock::now());
+    core->AddRequest(std::move(r), std::make_shared<tq::RequestStream>(), Clock::now());
   }
   const auto start = Clock::now();
   core->Step();  // every prompt in one step (budget 2048) + first tokens

@@ -101,7 +101,7 @@ struct Bench {
       r.sampling.temperature = 0;
       r.sampling.ignore_eos = true;
       r.sampling.max_tokens = max_tokens;
-      streams.push_back(std::make_shared<tq::RequestStream>(r.request_id));
+      streams.push_back(std::make_shared<tq::RequestStream>());
       core->AddRequest(std::move(r), streams.back(), Clock::now());
     }
     if (!time_first) core->Step();

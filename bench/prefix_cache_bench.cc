@@ -131,7 +131,7 @@ RunResult RunWorkload(tq::LoadedModel& m, const Flags& f, bool caching) {
       return false;
     });
     while (static_cast<int>(live.size()) < f.concurrency && next < requests.size()) {
-      live.push_back(std::make_shared<tq::RequestStream>(requests[next].request_id));
+      live.push_back(std::make_shared<tq::RequestStream>());
       core->AddRequest(requests[next], live.back(), Clock::now());
       ++next;
     }

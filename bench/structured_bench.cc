@@ -192,8 +192,7 @@ double DecodeRun(tq::LoadedModel& m, const Flags& f,
     r.sampling.ignore_eos = true;
     r.sampling.max_tokens = f.output_tokens;
     r.sampling.grammar = grammar;
-    core->AddRequest(std::move(r), std::make_shared<tq::RequestStream>(std::to_string(b)),
-                     Clock::now());
+    core->AddRequest(std::move(r), std::make_shared<tq::RequestStream>(), Clock::now());
   }
   core->Step();
   const auto start = Clock::now();

@@ -192,7 +192,7 @@ std::shared_ptr<RequestStream> Engine::Submit(EngineRequest request) {
     throw Error("logprobs must be in [0, " + std::to_string(s.info.max_logprobs) + "], got " +
                 std::to_string(request.num_logprobs));
   }
-  auto stream = std::make_shared<RequestStream>(request.request_id);
+  auto stream = std::make_shared<RequestStream>();
   {
     std::lock_guard<std::mutex> lock(s.mu);
     if (s.failed) throw EngineUnavailable("the engine has failed");

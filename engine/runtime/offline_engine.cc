@@ -93,8 +93,7 @@ GenerationResult OfflineEngine::Generate(std::span<const int32_t> prompt,
   request.request_id = "offline-" + std::to_string(next_request_++);
   request.prompt_ids.assign(prompt.begin(), prompt.end());
   request.sampling = params;
-  const std::vector<std::shared_ptr<RequestStream>> streams = {
-      std::make_shared<RequestStream>(request.request_id)};
+  const std::vector<std::shared_ptr<RequestStream>> streams = {std::make_shared<RequestStream>()};
   core_->AddRequest(std::move(request), streams[0], EngineCore::Clock::now());
 
   GenerationResult result;
@@ -122,7 +121,7 @@ std::vector<std::vector<double>> OfflineEngine::ScorePrompts(
     request.sampling.max_tokens = 0;  // the prompt alone
     request.num_logprobs = 0;         // the prompt token's logprob, no top list
     request.prompt_logprobs = true;
-    streams.push_back(std::make_shared<RequestStream>(request.request_id));
+    streams.push_back(std::make_shared<RequestStream>());
     core_->AddRequest(std::move(request), streams.back(), EngineCore::Clock::now());
   }
   std::vector<std::vector<double>> scores(prompts.size());

@@ -20,8 +20,6 @@ namespace tq {
 /// Next(0). Thread-safe; shared (std::shared_ptr) by both sides.
 class RequestStream {
  public:
-  explicit RequestStream(std::string request_id) : request_id_(std::move(request_id)) {}
-
   /// Engine side: appends a delta (merged with any not yet read).
   void Push(EngineOutput output);
 
@@ -39,10 +37,7 @@ class RequestStream {
   /// std::shared_ptr).
   void SetListener(std::function<void()> on_ready);
 
-  const std::string& request_id() const { return request_id_; }
-
  private:
-  const std::string request_id_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::optional<EngineOutput> pending_;

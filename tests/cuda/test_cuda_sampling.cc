@@ -66,7 +66,7 @@ std::map<std::string, EngineOutput> RunAll(const std::string& dir, SamplingPath 
     r.sampling.max_tokens = 24;
     r.sampling.ignore_eos = true;
     r.num_logprobs = 3;
-    streams[r.request_id] = std::make_shared<RequestStream>(r.request_id);
+    streams[r.request_id] = std::make_shared<RequestStream>();
     core.AddRequest(r, streams[r.request_id], EngineCore::Clock::now());
   }
   int steps = 0;

@@ -66,7 +66,7 @@ RunResult RunAll(const std::string& model_dir, SamplingPath path,
   EngineCore core(c, std::make_unique<PeekRunner>(m.executor.get(), path, &runner), nullptr);
   std::map<std::string, std::shared_ptr<RequestStream>> streams;
   for (const EngineRequest& r : requests) {
-    streams[r.request_id] = std::make_shared<RequestStream>(r.request_id);
+    streams[r.request_id] = std::make_shared<RequestStream>();
     core.AddRequest(r, streams[r.request_id], EngineCore::Clock::now());
   }
   int steps = 0;

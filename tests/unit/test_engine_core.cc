@@ -90,7 +90,7 @@ void RunAll(LoadedModel& m, const EngineOptions& o, const std::vector<EngineRequ
                   &run->observer);
   std::map<std::string, std::shared_ptr<RequestStream>> streams;
   for (const EngineRequest& r : requests) {
-    streams[r.request_id] = std::make_shared<RequestStream>(r.request_id);
+    streams[r.request_id] = std::make_shared<RequestStream>();
     core.AddRequest(r, streams[r.request_id], EngineCore::Clock::now());
   }
   int steps = 0;

@@ -29,7 +29,7 @@ struct FakeEngine {
               if (static_cast<int>(streams.size()) == fail_on_submit) {
                 throw EngineUnavailable("draining");
               }
-              auto s = std::make_shared<RequestStream>(r.request_id);
+              auto s = std::make_shared<RequestStream>();
               streams[r.request_id] = s;
               return s;
             },

@@ -102,7 +102,7 @@ class CachingEngine {
   std::map<std::string, EngineOutput> Run(const std::vector<EngineRequest>& requests) {
     std::map<std::string, std::shared_ptr<RequestStream>> streams;
     for (const EngineRequest& r : requests) {
-      streams[r.request_id] = std::make_shared<RequestStream>(r.request_id);
+      streams[r.request_id] = std::make_shared<RequestStream>();
       core_->AddRequest(r, streams[r.request_id], EngineCore::Clock::now());
     }
     for (int steps = 0; core_->has_work() && steps < 100000; ++steps) {

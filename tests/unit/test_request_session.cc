@@ -32,7 +32,7 @@ struct FakeEngine {
   SessionEngine Calls() {
     return {
         [this](EngineRequest r) {
-          auto s = std::make_shared<RequestStream>(r.request_id);
+          auto s = std::make_shared<RequestStream>();
           streams[r.request_id] = s;
           return s;
         },
