@@ -164,8 +164,7 @@ double DecodeOnce(tq::OfflineEngine& g, const std::vector<int32_t>& prompt, int 
   }
   std::vector<double> steps;
   for (size_t i = 1; i < stamps.size(); ++i) steps.push_back(Seconds(stamps[i - 1], stamps[i]));
-  std::sort(steps.begin(), steps.end());
-  *p90_ms = 1e3 * steps[std::min(steps.size() - 1, steps.size() * 9 / 10)];
+  *p90_ms = 1e3 * tq::bench::Percentile(std::move(steps), 0.9);
   return static_cast<double>(stamps.size() - 1) / Seconds(stamps.front(), stamps.back());
 }
 
