@@ -7,21 +7,25 @@
 //                       [--threads 1,2] [--repeats 31] [--group-size 128]
 //                       [--formats
 //                       fp32,fp32p,f16,bf16,int8,int8a,int4,int4a,int8t,int8ta,int4t,int4ta]
-//                       [--warm-cache]
+//                       [--warm-cache] [--flush-mib N]
 //
 // A shape is out_features x in_features (W is [out, in]; 4096x11008 is
 // down_proj, 11008x4096 gate/up_proj). Weights are random codes with random
 // fp16 scales (and zero points for the "a" formats). Each repeat runs every
 // (shape, rows, threads, format) once, formats interleaved so background load
-// hits all alike; unless --warm-cache, a 128 MiB buffer is read before every
-// timed call, so the weights come from DRAM as in a real decode step (a
-// model's weights do not fit in the last-level cache). Reported: median wall
+// hits all alike; unless --warm-cache, a buffer of --flush-mib (by default
+// 128 MiB or twice the last-level cache, whichever is larger: some server
+// parts have an L3 of several hundred MiB) is read before every timed call,
+// so the weights come from DRAM as in a real decode step (a model's weights
+// do not fit in the last-level cache). Reported: median wall
 // µs per call, weight bytes read per call (codes + scales + zeros), bytes /
 // wall time, the speed-up over fp32 of the same (shape, rows, threads) in the
 // same run, and the same speed-up in process CPU time (all threads, the
 // pool's spinning included): on a shared machine wall time also counts time
 // slices other processes took, CPU time does not, so when the two ratios
 // disagree the machine was busy.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -75,7 +79,16 @@ struct Args {
   int repeats = 31;
   int group_size = 128;
   bool warm_cache = false;
+  int flush_mib = 0;  // 0: max(128, 2 x L3)
 };
+
+// MiB read between timed calls: `requested`, or 128 MiB or twice the L3
+// (sysconf; 0 where unknown), whichever is larger.
+size_t FlushMib(int requested) {
+  if (requested > 0) return static_cast<size_t>(requested);
+  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return std::max<size_t>(128, l3 > 0 ? 2 * (static_cast<size_t>(l3) >> 20) : 0);
+}
 
 Args ParseArgs(int argc, char** argv) {
   Args a;
@@ -89,6 +102,9 @@ Args ParseArgs(int argc, char** argv) {
   app.add_option("--repeats", a.repeats)->capture_default_str();
   app.add_option("--group-size", a.group_size)->capture_default_str();
   app.add_flag("--warm-cache", a.warm_cache, "No cache flush before each timed call");
+  app.add_option("--flush-mib", a.flush_mib,
+                 "MiB read before each timed call (default: max(128, 2 x L3))")
+      ->check(CLI::NonNegativeNumber);
   tq::bench::ParseOrExit(app, argc, argv);
   if (!shapes.empty()) a.shapes.clear();
   for (const auto& s : shapes) {
@@ -173,12 +189,15 @@ int Run(const Args& a) {
   }
   std::printf("cpu: %s\nloadavg at start: %s\n", tq::bench::CpuModel().c_str(),
               tq::bench::LoadAvg().c_str());
-  std::printf("group_size %d, %s, %d repeats, median per call\n", a.group_size,
-              a.warm_cache ? "warm cache" : "weights from DRAM (128 MiB read before each call)",
+  const size_t flush_mib = a.warm_cache ? 0 : FlushMib(a.flush_mib);
+  const std::string cache = a.warm_cache ? "warm cache"
+                                         : "weights from DRAM (" + std::to_string(flush_mib) +
+                                               " MiB read before each call)";
+  std::printf("group_size %d, %s, %d repeats, median per call\n", a.group_size, cache.c_str(),
               a.repeats);
   std::vector<std::unique_ptr<tq::kernels::Backend>> backends;
   for (int t : a.threads) backends.push_back(tq::kernels::CreateCpuBackend(t));
-  std::vector<char> flush(a.warm_cache ? 0 : 128u << 20, 1);
+  std::vector<char> flush(flush_mib << 20, 1);
   volatile char sink = 0;
   std::mt19937 rng(1234);
   std::printf("\n%-12s %5s %7s %-6s %10s %10s %8s %10s %8s %8s\n", "shape", "rows", "threads",
