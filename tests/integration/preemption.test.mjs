@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 
-import { sleep, startDaemon } from './harness.mjs';
+import { idleMetrics, startDaemon } from './harness.mjs';
 import { streamGreedy, workload } from './workload.mjs';
 
 const MODEL = 'stories260K';
@@ -56,16 +56,7 @@ test(`${COUNT} requests through a pool of ${FITS} sequences equal an unconstrain
       differ.push(`#${i} ${JSON.stringify(requests[i])}\n  unconstrained: ${JSON.stringify(expected[i].text)}\n  preempted:     ${JSON.stringify(got[i].text)}`);
     }
   }
-  // The last stream event reaches the client inside the engine step that
-  // finished it; the gauges are set when that step ends, so wait for idle.
-  const deadline = Date.now() + 5000;
-  let m2;
-  for (;;) {
-    m2 = await small.metrics();
-    const idle = m2.get('tqserve_num_requests_running') === 0 && m2.get('tqserve_kv_cache_blocks_used') === 0;
-    if (idle || Date.now() > deadline) break;
-    await sleep(20);
-  }
+  const m2 = await idleMetrics(small);
   const preemptions = m2.get('tqserve_num_preemptions_total');
   assert.equal(differ.length, 0, `${differ.length} of ${COUNT} outputs differ (${preemptions} preemptions):\n${differ.join('\n')}`);
   assert.ok(preemptions > 0, 'no preemption happened');
