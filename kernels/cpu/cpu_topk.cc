@@ -68,11 +68,7 @@ void LogitsTopKRow(const float* logits, int32_t vocab, int32_t k, float inv_temp
     for (int32_t i = 0; i < vocab; ++i) z += std::exp(static_cast<double>(Key(logits[i])) - m);
     *sum_exp = z;
   }
-  if (sum_exp_scaled && sum_exp && inv_temperature == 1.0f) {
-    // x * 1.0f == x for every float, so the scaled sum is the raw one term
-    // for term (greedy rows and temperature 1): one pass over the row, not two.
-    *sum_exp_scaled = *sum_exp;
-  } else if (sum_exp_scaled) {
+  if (sum_exp_scaled) {
     const double m =
         static_cast<double>(values[0] * inv_temperature);  // float product, as the Sampler
     double z = 0.0;
