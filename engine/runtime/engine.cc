@@ -136,7 +136,9 @@ void Engine::State::Run() {
     for (Command& c : batch) Apply(c);
     if (stopping) break;
     try {
-      core->Step();
+      // Published before the step's outputs reach their streams: a client
+      // that read its last event then finds /metrics counting it as done.
+      if (core->Step([this] { Publish(); })) continue;
     } catch (const std::exception& e) {
       failure = e.what();
       break;

@@ -82,7 +82,7 @@ void EngineCore::Deliver(RequestUpdate& update) {
   if (finished) streams_.erase(it);
 }
 
-bool EngineCore::Step() {
+bool EngineCore::Step(const std::function<void()>& before_delivery) {
   if (!scheduler_.has_work()) return false;
   ScheduleOutput scheduled = scheduler_.Schedule(Clock::now());
   if (observer_ != nullptr) {
@@ -105,6 +105,7 @@ bool EngineCore::Step() {
     }
     observer_->OnStep(prompt_tokens, generated);
   }
+  if (before_delivery) before_delivery();
   for (RequestUpdate& u : updates) Deliver(u);
   return true;
 }

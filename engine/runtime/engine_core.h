@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -52,8 +53,11 @@ class EngineCore {
   void AbortAll(FinishReason reason = FinishReason::kAbort, const std::string& error = "");
 
   /// One step: Schedule, Execute, Update, deliver outputs. Returns false when
-  /// there was nothing to run.
-  bool Step();
+  /// there was nothing to run. `before_delivery`, when set, runs after the
+  /// scheduler's update and before the first output is pushed, so gauges
+  /// taken there (Stats) already count a request whose last event a client
+  /// may be reading as finished.
+  bool Step(const std::function<void()>& before_delivery = {});
 
   bool has_work() const { return scheduler_.has_work(); }
   /// The scheduler's KV block pool, for a forward pass outside the scheduler

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import { test } from 'node:test';
 
-import { idleMetrics, sampleMetric, serveForTests } from './harness.mjs';
+import { sampleMetric, serveForTests } from './harness.mjs';
 import { streamGreedy, workload } from './workload.mjs';
 
 const MODEL = 'stories260K';
@@ -39,7 +39,7 @@ test(`${COUNT} concurrent streams equal the same requests sent alone`, async () 
   assert.equal(differ.length, 0, `${differ.length} of ${COUNT} outputs changed under concurrency:\n${differ.join('\n')}`);
   // The engine ran many of them at once.
   assert.ok(Math.max(...running) >= 8, `at most ${Math.max(...running)} requests ran at once (samples ${running})`);
-  const m = await idleMetrics(srv.daemon);
+  const m = await srv.daemon.metrics();
   assert.equal(m.get('tqserve_num_requests_running'), 0);
   assert.equal(m.get('tqserve_kv_cache_blocks_used'), 0);
   assert.ok(m.sum('tqserve_request_success_total') >= 2 * COUNT);

@@ -232,23 +232,6 @@ export function serveForTests(options = {}) {
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /**
- * The daemon's /metrics once no request runs and no KV block is in use, or
- * at `timeoutMs` (the caller asserts on what it returns). A stream's last
- * event reaches its client inside the engine step that finished it; the
- * engine gauges are published when that step ends, so a read right after
- * the last [DONE] can still count the request as running.
- */
-export async function idleMetrics(daemon, timeoutMs = 5000) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const m = await daemon.metrics();
-    const idle = m.sum('tqserve_num_requests_running') === 0 && m.sum('tqserve_kv_cache_blocks_used') === 0;
-    if (idle || Date.now() > deadline) return m;
-    await sleep(20);
-  }
-}
-
-/**
  * Parses the Prometheus text exposition format into
  * { samples: [{ name, labels, value }], get(name, labels?) , sum(name, labels?) }.
  * get() returns the value of the one sample matching `labels` (a subset) or

@@ -20,7 +20,7 @@ import net from 'node:net';
 import zlib from 'node:zlib';
 import { after, before, test } from 'node:test';
 
-import { PYTHON, idleMetrics, sleep, startDaemon } from './harness.mjs';
+import { PYTHON, sleep, startDaemon } from './harness.mjs';
 
 const FULL = process.env.TQ_HTTP_FULL === '1';
 const STREAMS = FULL ? 2000 : 200;
@@ -313,7 +313,7 @@ test(`${STREAMS} concurrent streams with --max-num-seqs ${MAX_NUM_SEQS}: each co
   // The issue's bound, asserted at the full counts (make test-http-full);
   // the scaled CI run shares its cores with other tests' builds.
   if (FULL) assert.ok(percentile(ms, 99) < 50, `/health p99 ${percentile(ms, 99).toFixed(1)} ms`);
-  const m = await idleMetrics(daemon);
+  const m = await daemon.metrics();
   assert.equal(m.sum('tqserve_num_requests_running'), 0);
   assert.equal(m.sum('tqserve_kv_cache_blocks_used'), 0);
   assert.equal(m.get('tqserve_requests_refused_total', { protocol: 'http', reason: 'overloaded' }), refused.length);

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { test } from 'node:test';
 
-import { idleMetrics, sentencepiece, serveForTests } from './harness.mjs';
+import { sentencepiece, serveForTests } from './harness.mjs';
 
 const MODEL = 'stories260K';
 const PROMPTS = ['Once upon a time', 'The little dog went to the park', 'Lily and Tom'];
@@ -42,7 +42,7 @@ test('metrics add up to the traffic, and promtool check metrics passes silently'
   assert.equal(check.stdout + check.stderr, '', 'promtool check metrics printed problems');
   assert.equal(check.status, 0);
 
-  const m = await idleMetrics(srv.daemon);
+  const m = await srv.daemon.metrics();
   for (const name of REQUIRED) assert.ok(m.samples.some((s) => s.name === name), `missing ${name}`);
   for (const s of m.samples) assert.ok(s.value >= 0 && Number.isFinite(s.value), `${s.name}${JSON.stringify(s.labels)} = ${s.value}`);
 

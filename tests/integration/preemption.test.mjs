@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 
-import { idleMetrics, startDaemon } from './harness.mjs';
+import { startDaemon } from './harness.mjs';
 import { streamGreedy, workload } from './workload.mjs';
 
 const MODEL = 'stories260K';
@@ -56,7 +56,7 @@ test(`${COUNT} requests through a pool of ${FITS} sequences equal an unconstrain
       differ.push(`#${i} ${JSON.stringify(requests[i])}\n  unconstrained: ${JSON.stringify(expected[i].text)}\n  preempted:     ${JSON.stringify(got[i].text)}`);
     }
   }
-  const m2 = await idleMetrics(small);
+  const m2 = await small.metrics();
   const preemptions = m2.get('tqserve_num_preemptions_total');
   assert.equal(differ.length, 0, `${differ.length} of ${COUNT} outputs differ (${preemptions} preemptions):\n${differ.join('\n')}`);
   assert.ok(preemptions > 0, 'no preemption happened');
