@@ -41,6 +41,12 @@ namespace {
 
 constexpr int64_t kChunkBytes = 64;
 constexpr int64_t kRowBlock = 64;  // rows of x kept in L2 while tiles pass over them
+// Software prefetch distances of the 1-row VNNI GEMV, in chunks of codes and
+// in groups of scales: its four streams (codes and scales of two tiles) are
+// more than the hardware prefetcher keeps ahead of on the Xeon of issue 22
+// (docs/PERFORMANCE.md "Software prefetch in the GEMV").
+constexpr int64_t kPrefetchChunks = 32;
+constexpr int64_t kPrefetchGroups = 8;
 
 // The quantized activations of one call: [rows, k] codes, [rows, groups] d and S.
 struct QuantizedActs {
@@ -155,6 +161,9 @@ TQ_TARGET_VNNI void TilesVnni(const IntJob& job, int64_t row0, int64_t tile0) {
       for (int t = 0; t < T; ++t) isum[m][t] = isum_high[m][t] = _mm512_setzero_si512();
     for (int64_t c = g * cpg; c < (g + 1) * cpg; ++c) {
       for (int t = 0; t < T; ++t) {
+        // A prefetch never faults, so one past the weight's end is harmless.
+        if constexpr (M == 1)
+          _mm_prefetch(tw[t] + (c + kPrefetchChunks) * kChunkBytes, _MM_HINT_T0);
         const __m512i wv = _mm512_loadu_si512(tw[t] + c * kChunkBytes);
         if constexpr (kSplitHigh) {
           const int8_t* x = xq[0] + c * ci;
@@ -186,6 +195,8 @@ TQ_TARGET_VNNI void TilesVnni(const IntJob& job, int64_t row0, int64_t tile0) {
     }
     for (int t = 0; t < T; ++t) {
       const int64_t e = ((tile0 + t) * groups + g) * kIntTileRows;
+      if constexpr (M == 1)
+        _mm_prefetch(w.scales + e + kPrefetchGroups * kIntTileRows, _MM_HINT_T0);
       const __m512 ws =
           _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.scales + e)));
       const __m512 zf =
