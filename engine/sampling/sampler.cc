@@ -124,15 +124,14 @@ SampledToken Sampler::Sample(std::span<float> logits, std::span<const int32_t> p
   const auto vocab = static_cast<int32_t>(logits.size());
   LogitCandidates c;
   c.vocab = vocab;
-  // The sum a decision needs: raw for greedy, temperature-scaled otherwise.
-  double* raw_sum = greedy() ? &c.sum_exp : nullptr;
+  // The sum a draw needs (temperature-scaled); greedy needs none.
   double* scaled_sum = greedy() ? nullptr : &c.sum_exp_scaled;
   for (int32_t k = FirstCandidates(vocab);; k = vocab) {
     ids_.resize(static_cast<size_t>(k));
     values_.resize(static_cast<size_t>(k));
     kernels::cpu::LogitsTopKRow(logits.data(), vocab, k, inv_t_, ids_.data(), values_.data(),
-                                raw_sum, scaled_sum, &keys_);
-    raw_sum = scaled_sum = nullptr;  // the sums do not depend on k
+                                nullptr, scaled_sum, &keys_);
+    scaled_sum = nullptr;  // the sum does not depend on k
     c.ids = ids_;
     c.values = values_;
     if (std::optional<SampledToken> t = Decide(c, logits)) return *t;
@@ -157,9 +156,7 @@ std::optional<SampledToken> Sampler::Decide(const LogitCandidates& c, std::span<
   const size_t k = c.ids.size();
   const auto vocab = static_cast<size_t>(c.vocab);
   if (greedy()) {  // the first candidate is the argmax with the lowest id
-    const double m = c.values[0];
-    if (!std::isfinite(m)) return SampledToken{c.ids[0], m > 0 ? 0.0f : kNegInf};
-    return SampledToken{c.ids[0], static_cast<float>(-std::log(c.sum_exp))};
+    return SampledToken{c.ids[0], c.values[0] == kNegInf ? kNegInf : 0.0f};
   }
 
   // Scaling can merge distinct logits into one float: OrderCandidates

@@ -12,7 +12,9 @@
 namespace tq {
 
 /// The chosen token and its log-probability under the final (processed)
-/// distribution; for greedy, the log-softmax of the logits after penalties.
+/// distribution: for greedy, 0 (all the mass on the argmax; -inf for a row
+/// of -inf). The logprobs the APIs report are the raw distribution's
+/// (LlamaModelRunner), not this.
 struct SampledToken {
   int32_t token = -1;
   float logprob = 0.0f;
