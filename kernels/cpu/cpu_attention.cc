@@ -613,7 +613,7 @@ void SinkAddValues(const KvLayerView& cache, const int32_t* table, int32_t ctx, 
 }  // namespace
 
 void Softmax(float* s, int32_t n) {
-  v8f m8 = v8f{} + s[0];
+  v8f m8 = Splat<v8f>(s[0]);
   int32_t j = 0;
   for (; j + 8 <= n; j += 8) {
     const v8f x = Load8(s + j);

@@ -121,8 +121,8 @@ inline void GemvTile(const MatMulParams& p, int64_t col) {
       if constexpr (D == WeightDtype::kInt4 && kInt4Table) {
         scale[c] = Int4Table(s, z);  // the table; zero[] unused
       } else {
-        scale[c] = Vec{} + s;
-        zero[c] = Vec{} + z;
+        scale[c] = Splat<Vec>(s);
+        zero[c] = Splat<Vec>(z);
       }
     }
     if constexpr (D == WeightDtype::kInt4 && kInt4Table) {

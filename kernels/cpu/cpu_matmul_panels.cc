@@ -53,7 +53,7 @@ void PanelTile(const float* const* x, const typename Panel<D>::Element* panel, i
     Vec w[kVecsPerPanel];
     for (int c = 0; c < kVecsPerPanel; ++c) w[c] = Panel<D>::Load(row + c * kLanes);
     for (int r = 0; r < R; ++r) {
-      const Vec xs = Vec{} + x[r][i];  // broadcast
+      const Vec xs = Splat<Vec>(x[r][i]);
       for (int c = 0; c < kVecsPerPanel; ++c) acc[r][c] = MulAdd(xs, w[c], acc[r][c]);
     }
   }

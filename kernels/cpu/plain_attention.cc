@@ -205,14 +205,14 @@ int32_t AccumulateValues(const Lane* lanes, const uint8_t* const* values, int32_
       for (int32_t x = 0; x < NX; ++x) {
         const v8f v = E::Load8(values[j], 8 * (c + x));
         for (int32_t l = 0; l < NL; ++l)
-          acc[x][l] = MulAdd(v8f{} + lanes[l].scores[j], v, acc[x][l]);
+          acc[x][l] = MulAdd(Splat<v8f>(lanes[l].scores[j]), v, acc[x][l]);
       }
     }
     for (int32_t l = 0; l < NL; ++l) {
       for (int32_t j = jc; j < std::min(lanes[l].ctx, j1); ++j) {
         for (int32_t x = 0; x < NX; ++x) {
           acc[x][l] =
-              MulAdd(v8f{} + lanes[l].scores[j], E::Load8(values[j], 8 * (c + x)), acc[x][l]);
+              MulAdd(Splat<v8f>(lanes[l].scores[j]), E::Load8(values[j], 8 * (c + x)), acc[x][l]);
         }
       }
       for (int32_t x = 0; x < NX; ++x) {

@@ -31,6 +31,21 @@ inline float HorizontalSum(v16f v) {
   return HorizontalSum(lo + hi);
 }
 
+/// x in every lane: one vbroadcastss (folded into a load when x is in
+/// memory). Not `V{} + x`: 0 + -0 is +0, so GCC 12 keeps that add and emits
+/// vaddss + vbroadcastss, two more uops on the FMA ports per broadcast (the
+/// F16 prefill tile lost ~25% to them on the Xeon of issue 22).
+template <typename V>
+V Splat(float x);
+template <>
+inline v8f Splat<v8f>(float x) {
+  return v8f{x, x, x, x, x, x, x, x};
+}
+template <>
+inline v16f Splat<v16f>(float x) {
+  return v16f{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
+}
+
 /// dot(a, b) over n floats with 8 independent lanes: strict IEEE code cannot
 /// reorder a serial sum, so this is what lets the compiler vectorize it.
 inline float Dot(const float* a, const float* b, int64_t n) {
