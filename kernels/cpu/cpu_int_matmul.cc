@@ -126,6 +126,33 @@ inline int32_t Load4(const int8_t* p) {
   return v;
 }
 
+// QuantizeRow with AVX-512 for group sizes that are multiples of 16: the
+// same bits (max is exact, the product is the same IEEE product, vcvtps2dq
+// rounds half to even like nearbyint, and integer sums do not depend on
+// order). About 10x faster than the scalar loop, which cost ~5% of a
+// 16-row int4 matmul.
+TQ_TARGET_VNNI void QuantizeRowAvx512(const float* x, int64_t k, int64_t gs, int8_t* q, float* d,
+                                      float* sum) {
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  for (int64_t g = 0; g * gs < k; ++g) {
+    const float* xg = x + g * gs;
+    __m512 vmax = _mm512_setzero_ps();
+    for (int64_t i = 0; i < gs; i += 16)
+      vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(xg + i)));
+    const float amax = _mm512_reduce_max_ps(vmax);
+    const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+    __m512i vsum = _mm512_setzero_si512();
+    for (int64_t i = 0; i < gs; i += 16) {
+      __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xg + i), inv));
+      v = _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
+      vsum = _mm512_add_epi32(vsum, v);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + g * gs + i), _mm512_cvtepi32_epi8(v));
+    }
+    d[g] = amax / 127.0f;
+    sum[g] = static_cast<float>(_mm512_reduce_add_epi32(vsum));
+  }
+}
+
 // M rows x T tiles of 16 outputs, AVX-512 VNNI.
 template <bool kInt4, int M, int T>
 TQ_TARGET_VNNI void TilesVnni(const IntJob& job, int64_t row0, int64_t tile0) {
@@ -401,8 +428,16 @@ void IntMatMul(const MatMulParams& p, ThreadPool& pool, IntIsa isa) {
   QuantizedActs& a = acts;
   pool.ParallelFor(p.rows, 16, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      QuantizeRow(p.x + r * k, k, gs, a.q.data() + r * k, a.d.data() + r * a.groups,
-                  a.sum.data() + r * a.groups);
+      int8_t* q = a.q.data() + r * k;
+      float* d = a.d.data() + r * a.groups;
+      float* sum = a.sum.data() + r * a.groups;
+#if TQ_INT_X86
+      if (isa == IntIsa::kAvx512Vnni && gs % 16 == 0) {
+        QuantizeRowAvx512(p.x + r * k, k, gs, q, d, sum);
+        continue;
+      }
+#endif
+      QuantizeRow(p.x + r * k, k, gs, q, d, sum);
     }
   });
   const IntJob job{&p, &a, LogicalWeightDtype(w.dtype) == WeightDtype::kInt4};
