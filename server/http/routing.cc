@@ -86,9 +86,18 @@ json ParseJsonBody(const HttpRequest& req) {
     throw ApiException(BadRequest("the request body is nested more than " +
                                   std::to_string(kMaxJsonDepth) + " levels deep"));
   }
-  json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) {
-    throw ApiException(BadRequest("the request body is not valid JSON"));
+  json body;
+  try {
+    body = json::parse(req.body);
+  } catch (const json::parse_error& e) {
+    // nlohmann's message quotes the input, which may not be UTF-8 itself:
+    // say which rule broke and at which byte (0-based; e.byte counts the
+    // bytes read, the failing one included), nothing more. JSON text is
+    // UTF-8 (RFC 8259 section 8.1).
+    const bool utf8 = std::string_view(e.what()).find("UTF-8") != std::string_view::npos;
+    throw ApiException(BadRequest(std::string("the request body is not valid ") +
+                                  (utf8 ? "UTF-8" : "JSON") + " (at byte " +
+                                  std::to_string(e.byte > 0 ? e.byte - 1 : 0) + ")"));
   }
   if (!body.is_object()) {
     throw ApiException(

@@ -50,6 +50,20 @@ test('invalid JSON (plain HTTP) is a 400 in OpenAI format', async () => {
   }
 });
 
+test('a body that is not UTF-8 is a 400 that says so and where (RFC 8259: JSON text is UTF-8)', async () => {
+  for (const route of ['/v1/completions', '/v1/chat/completions']) {
+    const body = Buffer.concat([Buffer.from('{"model": "stories260K", "prompt": "ab'), Buffer.from([0xc3, 0x28]), Buffer.from('"}')]);
+    const res = await srv.daemon.fetch(route, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+    assert.equal(res.status, 400, route);
+    const err = await res.json();
+    assertErrorBody(err, 400, route);
+    // 0xc3 opens a 2-byte sequence that '(' (0x28), the byte named, cannot continue.
+    assert.equal(err.error.message, `the request body is not valid UTF-8 (at byte ${body.indexOf(0xc3) + 1})`, route);
+  }
+  const res = await srv.daemon.post('/v1/completions', '{"model": 1,}');
+  assert.equal((await res.json()).error.message, `the request body is not valid JSON (at byte ${'{"model": 1,'.length})`);
+});
+
 test('out-of-range values are 400s naming the field', async () => {
   await expect400('top_p 2', () => completion({ top_p: 2 }), 'top_p');
   await expect400('n 0', () => completion({ n: 0 }), 'n');
