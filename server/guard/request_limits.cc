@@ -70,8 +70,8 @@ std::optional<Refusal> CheckPromptBytes(std::string_view text, int64_t max_promp
   if (static_cast<int64_t>(bytes) <= max_prompt_bytes) return std::nullopt;
   return Refusal{"prompt_too_long", param,
                  "This model's maximum context length is " + std::to_string(max_model_len) +
-                     " tokens, and the " + param + " has " + std::to_string(text.size()) +
-                     " bytes: more than " + std::to_string(max_prompt_bytes) +
+                     " tokens, and `" + param + "` holds " + std::to_string(text.size()) +
+                     " bytes of text: more than " + std::to_string(max_prompt_bytes) +
                      " bytes cannot fit in that many tokens. Please reduce the length of the " +
                      param + "."};
 }

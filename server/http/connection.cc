@@ -567,7 +567,9 @@ void Connection::RefuseAndClose(HttpResponse&& response) {
 }
 
 void Connection::PeerGone(const char* why) {
-  if (deferred_) {
+  // A body that has produced its last bytes has nothing left to abort: the
+  // client may close as soon as it reads [DONE], before our write completes.
+  if (deferred_ && !body_done_) {
     deferred_->Abort(why);
     spdlog::info("{}:{} \"{} {}\": {}; aborted", request_.remote_addr, request_.remote_port,
                  request_.method, request_.path, why);
