@@ -98,6 +98,10 @@ json ParseJsonBody(const HttpRequest& req) {
     throw ApiException(BadRequest(std::string("the request body is not valid ") +
                                   (utf8 ? "UTF-8" : "JSON") + " (at byte " +
                                   std::to_string(e.byte > 0 ? e.byte - 1 : 0) + ")"));
+  } catch (const json::out_of_range&) {  // 406: a number past double's range, 1e999
+    throw ApiException(
+        BadRequest("the request body is not valid JSON (a number beyond the "
+                   "range of a double)"));
   }
   if (!body.is_object()) {
     throw ApiException(

@@ -62,6 +62,14 @@ test('a body that is not UTF-8 is a 400 that says so and where (RFC 8259: JSON t
   }
   const res = await srv.daemon.post('/v1/completions', '{"model": 1,}');
   assert.equal((await res.json()).error.message, `the request body is not valid JSON (at byte ${'{"model": 1,'.length})`);
+  // Beyond double's range (docs/api.md: a 400, not an engine failure), in a known field or not.
+  for (const body of ['{"prompt": "a", "temperature": 1e999}', '{"prompt": [1, -1e400]}', '{"prompt": "a", "foo": 1e999}']) {
+    const big = await srv.daemon.post('/v1/completions', body);
+    assert.equal(big.status, 400, body);
+    const err = await big.json();
+    assertErrorBody(err, 400, body);
+    assert.match(err.error.message, /not valid JSON \(a number beyond the range of a double\)/, body);
+  }
 });
 
 test('out-of-range values are 400s naming the field', async () => {
