@@ -72,8 +72,8 @@ std::optional<Refusal> CheckPromptBytes(std::string_view text, int64_t max_promp
                  "This model's maximum context length is " + std::to_string(max_model_len) +
                      " tokens, and `" + param + "` holds " + std::to_string(text.size()) +
                      " bytes of text: more than " + std::to_string(max_prompt_bytes) +
-                     " bytes cannot fit in that many tokens. Please reduce the length of the " +
-                     param + "."};
+                     " bytes cannot fit in that many tokens. Please reduce the length of `" +
+                     param + "`."};
 }
 
 std::optional<Refusal> CheckStopCount(size_t count, const std::string& param) {

@@ -365,7 +365,7 @@ void Connection::OnBody(beast::error_code ec) {
     case DecodeResult::kOk:
       break;
     case DecodeResult::kUnsupported:
-      RefuseAndClose(415, "unsupported Content-Encoding (gzip, deflate and identity are)");
+      RefuseAndClose(415, "unsupported Content-Encoding (supported: gzip, deflate, identity)");
       return;
     case DecodeResult::kCorrupt:
       RefuseAndClose(400, "the request body is not valid for its Content-Encoding");
