@@ -44,7 +44,7 @@ constexpr int64_t kRowBlock = 64;  // rows of x kept in L2 while tiles pass over
 // Software prefetch distances of the 1-row VNNI GEMV, in chunks of codes and
 // in groups of scales: its four streams (codes and scales of two tiles) are
 // more than the hardware prefetcher keeps ahead of on the Xeon of issue 22
-// (docs/PERFORMANCE.md "Software prefetch in the GEMV").
+// (docs/PERFORMANCE.md "Xeon, second pass", item 3: 8-64 chunks tried).
 constexpr int64_t kPrefetchChunks = 32;
 constexpr int64_t kPrefetchGroups = 8;
 
@@ -129,8 +129,8 @@ inline int32_t Load4(const int8_t* p) {
 // QuantizeRow with AVX-512 for group sizes that are multiples of 16: the
 // same bits (max is exact, the product is the same IEEE product, vcvtps2dq
 // rounds half to even like nearbyint, and integer sums do not depend on
-// order). About 10x faster than the scalar loop, which cost ~5% of a
-// 16-row int4 matmul.
+// order). The scalar loop's nearbyint per element cost 2-10% of an int
+// matmul at 16-400 rows (docs/PERFORMANCE.md "Xeon, second pass", item 4).
 TQ_TARGET_VNNI void QuantizeRowAvx512(const float* x, int64_t k, int64_t gs, int8_t* q, float* d,
                                       float* sum) {
   const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
@@ -188,7 +188,7 @@ TQ_TARGET_VNNI void TilesVnni(const IntJob& job, int64_t row0, int64_t tile0) {
       for (int t = 0; t < T; ++t) isum[m][t] = isum_high[m][t] = _mm512_setzero_si512();
     for (int64_t c = g * cpg; c < (g + 1) * cpg; ++c) {
       for (int t = 0; t < T; ++t) {
-        // A prefetch never faults, so one past the weight's end is harmless.
+        // A prefetch never faults: reading ahead past the weight's end is harmless.
         if constexpr (M == 1)
           _mm_prefetch(tw[t] + (c + kPrefetchChunks) * kChunkBytes, _MM_HINT_T0);
         const __m512i wv = _mm512_loadu_si512(tw[t] + c * kChunkBytes);

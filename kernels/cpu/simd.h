@@ -34,7 +34,7 @@ inline float HorizontalSum(v16f v) {
 /// x in every lane: one vbroadcastss (folded into a load when x is in
 /// memory). Not `V{} + x`: 0 + -0 is +0, so GCC 12 keeps that add and emits
 /// vaddss + vbroadcastss, two more uops on the FMA ports per broadcast (the
-/// F16 prefill tile lost ~25% to them on the Xeon of issue 22).
+/// F16 prefill tile ran 22% slower with them on the Xeon of issue 22).
 template <typename V>
 V Splat(float x);
 template <>
