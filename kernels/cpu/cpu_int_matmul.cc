@@ -426,18 +426,14 @@ void IntMatMul(const MatMulParams& p, ThreadPool& pool, IntIsa isa) {
   acts.d.resize(static_cast<size_t>(p.rows) * acts.groups);
   acts.sum.resize(acts.d.size());
   QuantizedActs& a = acts;
+  auto* quantize = &QuantizeRow;
+#if TQ_INT_X86
+  if (isa == IntIsa::kAvx512Vnni && gs % 16 == 0) quantize = &QuantizeRowAvx512;
+#endif
   pool.ParallelFor(p.rows, 16, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      int8_t* q = a.q.data() + r * k;
-      float* d = a.d.data() + r * a.groups;
-      float* sum = a.sum.data() + r * a.groups;
-#if TQ_INT_X86
-      if (isa == IntIsa::kAvx512Vnni && gs % 16 == 0) {
-        QuantizeRowAvx512(p.x + r * k, k, gs, q, d, sum);
-        continue;
-      }
-#endif
-      QuantizeRow(p.x + r * k, k, gs, q, d, sum);
+      quantize(p.x + r * k, k, gs, a.q.data() + r * k, a.d.data() + r * a.groups,
+               a.sum.data() + r * a.groups);
     }
   });
   const IntJob job{&p, &a, LogicalWeightDtype(w.dtype) == WeightDtype::kInt4};
