@@ -21,6 +21,12 @@ CLI::Option* AddRangedOption(CLI::App* cmd, const std::string& name, T& value,
   return cmd->add_option(name, value, help)->check(CLI::Range(lo, hi))->capture_default_str();
 }
 
+/// A byte count as a flag takes it: a non-negative integer in decimal
+/// ("1000000000") or exponent form ("1e9", "2.5e9"; the value must be a whole
+/// number). Throws CLI::ValidationError naming `flag` for anything else or a
+/// value above `max`.
+size_t ParseByteCount(const std::string& flag, const std::string& text, double max);
+
 /// Adds --kv-cache-dtype (into *kv_cache_dtype), --kv-quality-budget,
 /// --kv-cache-memory, --block-size, --kv-calibration-text,
 /// --kv-calibration-stats and --tensor-parallel-size to `cmd`.

@@ -1,6 +1,10 @@
 // KV cache and tensor-parallel flags shared by `generate`, `eval` and `serve`.
 #include <CLI/CLI.hpp>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "engine/common/error.h"
 #include "server/cli_commands.h"
@@ -37,10 +41,15 @@ void AddKvCacheFlags(CLI::App* cmd, EngineOptions* engine, std::string* kv_cache
                   "auto: the largest perplexity ratio to an fp32 cache a format may cost on "
                   "held-out calibration text",
                   1.0, 100.0);
-  // Validators see the text before conversion, so "-5" cannot wrap around.
-  cmd->add_option("--kv-cache-memory", engine->kv_cache_memory,
-                  "KV pool size in bytes (0 = one --max-model-len sequence)")
-      ->check(CLI::Range(0.0, 1e15));
+  // Parsed here rather than by CLI11's size_t conversion, which refuses the
+  // "1e15" its own range text shows; "-5" cannot wrap around.
+  cmd->add_option_function<std::string>(
+         "--kv-cache-memory",
+         [engine](const std::string& text) {
+           engine->kv_cache_memory = ParseByteCount("--kv-cache-memory", text, 1e15);
+         },
+         "KV pool size in bytes, e.g. 4000000000 or 4e9 (0 = one --max-model-len sequence)")
+      ->type_name("BYTES in [0 - 1e15]");
   AddRangedOption(cmd, "--block-size", engine->block_size, "Tokens per KV block", 1, 1024);
   cmd->add_option("--kv-sink-tokens", engine->kv_sink_tokens,
                   "tq: keep the first N positions of each sequence exact (0..8)")
@@ -54,6 +63,33 @@ void AddKvCacheFlags(CLI::App* cmd, EngineOptions* engine, std::string* kv_cache
                   "on CUDA device r, or CPU backends that split the CPU threads; "
                   "docs/parallelism.md)",
                   1, 64);
+}
+
+size_t ParseByteCount(const std::string& flag, const std::string& text, double max) {
+  const auto refuse = [&](const std::string& why) {
+    throw CLI::ValidationError(flag, "'" + text + "' " + why);
+  };
+  // Digits, then optionally a fraction and an exponent: no sign, no hex, no
+  // inf/nan (which strtod would take).
+  const bool form = !text.empty() && std::isdigit(static_cast<unsigned char>(text[0])) &&
+                    text.find_first_not_of("0123456789.eE+-") == std::string::npos;
+  char* end = nullptr;
+  errno = 0;
+  const double value = form ? std::strtod(text.c_str(), &end) : 0.0;
+  if (!form || end != text.c_str() + text.size() || errno == ERANGE) {
+    refuse("is not a byte count (an integer such as 4000000000, or 4e9)");
+  }
+  if (value > max) {
+    char bound[32];
+    std::snprintf(bound, sizeof(bound), "%g", max);
+    refuse(std::string("is more than ") + bound + " bytes");
+  }
+  if (value != std::floor(value)) refuse("is not a whole number of bytes");
+  // Integers beyond 2^53 in decimal keep every digit (strtod would round).
+  if (text.find_first_not_of("0123456789") == std::string::npos) {
+    return static_cast<size_t>(std::strtoull(text.c_str(), nullptr, 10));
+  }
+  return static_cast<size_t>(value);
 }
 
 kernels::KvDtype ParseKvDtypeFlag(const std::string& value) {

@@ -86,6 +86,10 @@ struct Engine::State {
   bool draining = false;
   bool failed = false;
   bool stopped = false;
+  // The engine thread sleeps for want of work (or has ended); else
+  // `iteration_start` is when its current loop iteration began (busy_seconds).
+  bool idle = true;
+  std::chrono::steady_clock::time_point iteration_start;
   EngineStats stats;
 
   void Run();
@@ -129,7 +133,12 @@ void Engine::State::Run() {
     {
       std::unique_lock<std::mutex> lock(mu);
       // Idle: sleep until a command arrives. Busy: take what is queued and step.
-      if (!core->has_work()) cv.wait(lock, [this] { return !commands.empty() || stop; });
+      if (!core->has_work()) {
+        idle = true;
+        cv.wait(lock, [this] { return !commands.empty() || stop; });
+      }
+      idle = false;
+      iteration_start = std::chrono::steady_clock::now();
       batch.swap(commands);
       stopping = stop;
     }
@@ -149,6 +158,7 @@ void Engine::State::Run() {
     std::lock_guard<std::mutex> lock(mu);
     if (!failure.empty()) failed = true;
     stopped = true;
+    idle = true;
   }
   if (!failure.empty()) {
     std::fprintf(stderr, "tqserve: engine step failed: %s\n", failure.c_str());
@@ -244,6 +254,10 @@ EngineStats Engine::Stats() const {
   // Dead from the moment the loop ends, not only after its last Publish: a
   // client that has read its engine-failure error sees /livez 503 at once.
   s.alive = s.alive && !state_->failed && !state_->stopped;
+  s.busy_seconds = state_->idle ? 0.0
+                                : std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                                state_->iteration_start)
+                                      .count();
   return s;
 }
 

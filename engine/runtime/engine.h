@@ -64,7 +64,8 @@ class Engine {
   /// Aborts what is left, stops and joins the engine thread. Idempotent.
   void Shutdown();
 
-  /// Gauges as of the last step (never blocks on a step).
+  /// Gauges as of the last step (never blocks on a step); busy_seconds as of
+  /// now. Thread-safe.
   EngineStats Stats() const;
   /// Fixed facts (model, KV pool, limits).
   const EngineInfo& info() const;

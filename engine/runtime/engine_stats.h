@@ -61,6 +61,11 @@ struct EngineStats {
   int32_t kv_blocks_cached = 0;  // refcount 0, kept for prefix cache hits
   int32_t kv_blocks_free = 0;    // neither (used + cached + free = num_kv_blocks)
   int64_t num_steps = 0;
+  // Seconds since the engine thread last began a loop iteration (taking the
+  // queued commands, then one step) while it has work; 0 while it sleeps for
+  // want of work. A step that never returns makes it grow without bound (a
+  // wedged engine: the liveness probes' input). Computed when Stats() is read.
+  double busy_seconds = 0;
 };
 
 /// Timings of a finished request, in seconds (steady clock).

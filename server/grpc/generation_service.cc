@@ -10,6 +10,7 @@
 #include "server/grpc/generate_response.h"
 #include "server/grpc/grpc_status.h"
 #include "server/grpc/wire_request.h"
+#include "server/guard/log_field.h"
 #include "server/session/request_session.h"
 
 #ifndef TQ_VERSION
@@ -194,7 +195,8 @@ void GenerationServiceImpl::EndGenerate(const std::string& id, int32_t prompt_to
                    end.finish == pb::FINISH_REASON_LENGTH ? "length" : "stop", seconds);
     } else {
       spdlog::info("grpc Generate {}: {} ({}), {:.3f} s", id.empty() ? "-" : id,
-                   StatusCodeName(end.status.error_code()), end.status.error_message(), seconds);
+                   StatusCodeName(end.status.error_code()),
+                   guard::LogField(end.status.error_message()), seconds);
     }
   }
   Record("Generate", end.status);

@@ -32,6 +32,10 @@ struct GrpcOptions {
   guard::ApiKeys api_keys;           // --api-key: every call but health needs one
   bool server_details = false;       // --expose-server-details: GetServerInfo's versions, model_dir
   tls::TlsCredentials tls;           // --ssl-certfile/--ssl-keyfile: TLS on the gRPC port too
+  // Whether the daemon is alive (the health service "liveness": serve passes
+  // the HTTP server's /livez verdict, server/guard/liveness.h). Unset: alive
+  // unless a loaded engine's loop has died. Called on the health monitor thread.
+  std::function<bool()> liveness;
 };
 
 namespace detail {

@@ -21,11 +21,17 @@ namespace tq::grpc_api {
 
 /// Fully qualified name of the service, as health checks and reflection name it.
 inline constexpr const char* kGenerationServiceName = "tqserve.v1.GenerationService";
+/// The health service name of liveness (HTTP /livez's meaning), for
+/// Kubernetes' `grpc: {port: 50051, service: liveness}` livenessProbe.
+inline constexpr const char* kLivenessServiceName = "liveness";
 
 /// Owns the gRPC server. Health: grpc.health.v1 reports SERVING for "" (the
 /// whole server) and for kGenerationServiceName only while an engine is set,
-/// alive (EngineStats::alive) and not draining; a monitor thread re-checks
-/// every 100 ms, so an engine failure turns it NOT_SERVING. Reflection
+/// alive (EngineStats::alive) and not draining (readiness, HTTP /health's
+/// meaning); for kLivenessServiceName while options.liveness says alive
+/// (HTTP /livez's meaning: SERVING while loading and draining). A monitor
+/// thread re-checks every 100 ms, so an engine failure or stall turns them
+/// NOT_SERVING. Reflection
 /// (grpc.reflection.v1alpha, what grpcurl and Postman use) lists the service.
 /// Start, SetEngine, StartDraining, service().WaitIdle and Stop are called
 /// from one serving thread; the calls themselves run on gRPC's threads.
@@ -58,6 +64,9 @@ class GrpcServer {
 
  private:
   void MonitorHealth();
+  // The "liveness" health status now (options_.liveness, or the engine's loop).
+  bool Alive() const;
+  bool alive_at_start_ = true;  // the liveness status Start set (before the monitor runs)
   bool Serving() const;
 
   const GrpcOptions options_;

@@ -21,13 +21,16 @@ namespace tq::grpc_api {
 /// byte 14". Faults found: a truncated or over-long varint, a truncated
 /// fixed32/fixed64, a length past the end of the enclosing message, wire
 /// type 6 or 7, field number 0, an unmatched group, invalid UTF-8 in a
-/// proto3 string field; nested messages are checked field by field. "" when
-/// it finds none (the bytes parse).
+/// proto3 string field, two different members of one oneof in one message
+/// (proto3 `optional` is no oneof here); nested messages are checked field
+/// by field. "" when it finds none.
 std::string DescribeWireFault(std::string_view bytes, const google::protobuf::Descriptor& type);
 
 /// Parses the request bytes into `message` (cleared first). Throws RpcError
 /// INVALID_ARGUMENT "malformed <Type>: <DescribeWireFault>" when they are
-/// not a valid encoding of its type.
+/// not a valid encoding of its type, or set two members of one oneof (which
+/// libprotobuf would accept, keeping the last: "token_ids (field 3): set
+/// together with text; oneof input takes exactly one").
 void ParseRequest(const grpc::ByteBuffer& bytes, google::protobuf::Message* message);
 
 /// Serializes `message` into `out` (replacing its contents).

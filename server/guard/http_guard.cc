@@ -32,6 +32,59 @@ std::string HostName(std::string_view host) {
   return Lower(host.substr(0, host.find(':')));
 }
 
+bool IsDigits(std::string_view s) {
+  return std::ranges::all_of(s, [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// RFC 3986 unreserved / sub-delims / '%' (pct-encoded): the reg-name bytes.
+bool IsRegNameChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) != 0 ||
+         std::string_view("-._~!$&'()*+,;=%").find(c) != std::string_view::npos;
+}
+
+// Host = uri-host [ ":" port ] (RFC 9110 section 7.2); empty is allowed
+// (a target URI without an authority, RFC 9112 section 3.2).
+bool ValidHostValue(std::string_view host) {
+  std::string_view port;
+  if (!host.empty() && host.front() == '[') {  // IP-literal
+    const size_t end = host.find(']');
+    if (end == std::string_view::npos) return false;
+    const std::string_view inside = host.substr(1, end - 1);
+    if (inside.empty() ||
+        !std::ranges::all_of(inside, [](char c) { return c == ':' || IsRegNameChar(c); })) {
+      return false;
+    }
+    const std::string_view rest = host.substr(end + 1);
+    if (!rest.empty() && rest.front() != ':') return false;
+    port = rest.empty() ? rest : rest.substr(1);
+  } else {
+    const size_t colon = host.find(':');
+    if (!std::ranges::all_of(host.substr(0, colon), IsRegNameChar)) return false;
+    if (colon != std::string_view::npos) port = host.substr(colon + 1);
+  }
+  return IsDigits(port);
+}
+
+std::optional<HttpRefusal> CheckHostHeader(const RequestHead& head) {
+  const auto refuse = [](std::string message) {
+    return HttpRefusal{400, std::move(message), "", "host_header", {}};
+  };
+  if (head.host_fields > 1) {
+    return refuse("the request has " + std::to_string(head.host_fields) +
+                  " Host header fields; exactly one is allowed (RFC 9112 section 3.2)");
+  }
+  if (head.host_fields == 0) {
+    if (head.version >= 11) {
+      return refuse("an HTTP/1.1 request needs a Host header (RFC 9112 section 3.2)");
+    }
+    return std::nullopt;
+  }
+  if (!ValidHostValue(head.header("Host").value_or(""))) {
+    return refuse("the Host header is not a host[:port] (RFC 9112 section 3.2)");
+  }
+  return std::nullopt;
+}
+
 bool OriginAllowed(const HttpGuardOptions& options, const std::string& origin) {
   return std::ranges::any_of(options.allowed_origins,
                              [&](const std::string& a) { return a == "*" || a == origin; });
@@ -73,7 +126,10 @@ std::optional<HttpRefusal> CheckBodySize(const HttpGuardOptions& options, const 
 std::optional<HttpRefusal> CheckBrowserPolicy(const HttpGuardOptions& options,
                                               const RequestHead& head) {
   if (!options.allowed_hosts.empty()) {
-    const std::string host = HostName(head.header("Host").value_or(""));
+    // The absolute form's authority replaces Host (RFC 9112 section 3.2.2).
+    const std::string host =
+        HostName(head.authority.empty() ? std::string_view(head.header("Host").value_or(""))
+                                        : head.authority);
     if (std::find(options.allowed_hosts.begin(), options.allowed_hosts.end(), host) ==
         options.allowed_hosts.end()) {
       return HttpRefusal{
@@ -99,12 +155,34 @@ std::optional<HttpRefusal> CheckBrowserPolicy(const HttpGuardOptions& options,
 
 }  // namespace
 
+RequestTarget ParseRequestTarget(std::string_view target) {
+  RequestTarget out;
+  const size_t scheme_end = target.find("://");
+  const std::string scheme = Lower(target.substr(0, scheme_end));
+  if (scheme_end == std::string_view::npos || (scheme != "http" && scheme != "https")) {
+    out.path = std::string(target.substr(0, target.find('?')));
+    return out;
+  }
+  const std::string_view rest = target.substr(scheme_end + 3);
+  const size_t authority_end = rest.find_first_of("/?#");
+  out.authority = std::string(rest.substr(0, authority_end));
+  // http URIs have a host and no userinfo (RFC 9110 sections 4.2.1, 4.2.4).
+  out.valid = !out.authority.empty() && out.authority.find('@') == std::string::npos &&
+              ValidHostValue(out.authority);
+  std::string_view path =
+      authority_end == std::string_view::npos ? std::string_view() : rest.substr(authority_end);
+  path = path.substr(0, path.find_first_of("?#"));
+  out.path = path.empty() ? "/" : std::string(path);
+  return out;
+}
+
 bool NeedsApiKey(std::string_view path) {
   return path == "/v1" || path.starts_with("/v1/") || path == "/tokenize" || path == "/detokenize";
 }
 
 std::optional<HttpRefusal> CheckRequestHead(const HttpGuardOptions& options,
                                             const RequestHead& head) {
+  if (auto refusal = CheckHostHeader(head)) return refusal;
   if (auto refusal = CheckBrowserPolicy(options, head)) return refusal;
   if (options.api_keys.enabled() && NeedsApiKey(head.path)) {
     const std::optional<std::string> authorization = head.header("Authorization");

@@ -40,7 +40,28 @@ struct RequestHead {
   std::string_view method;
   std::string_view path;
   std::function<std::optional<std::string>(std::string_view name)> header;
+  /// The HTTP version as Beast writes it: 11 for HTTP/1.1, 10 for HTTP/1.0.
+  int version = 11;
+  /// How many Host header field lines the request has.
+  size_t host_fields = 0;
+  /// The authority ("host:port") of an absolute-form request-target
+  /// (ParseRequestTarget); empty for the origin form.
+  std::string_view authority;
 };
+
+/// A request-target split as RFC 9112 section 3.2 reads it: the origin form
+/// ("/v1/models?x") or the absolute form ("http://host:8000/v1/models?x",
+/// scheme http or https, case-insensitive), which a server must accept
+/// (section 3.2.2). Anything else (the asterisk form, a bare word) is kept
+/// as its own path, which no route has (404).
+struct RequestTarget {
+  std::string path;       // without the query; "/" for an absolute form without a path
+  std::string authority;  // the absolute form's "host[:port]"; empty for the origin form
+  bool valid = true;      // false: an absolute form with userinfo or no host (400)
+};
+
+/// Splits `target` (see RequestTarget). Never throws for any bytes.
+RequestTarget ParseRequestTarget(std::string_view target);
 
 /// A request the guard answers itself: the HTTP status, the OpenAI error
 /// fields (no body for a 204), the metrics reason
@@ -61,7 +82,12 @@ bool NeedsApiKey(std::string_view path);
 
 /// Checks `head` against `options`; nullopt when the request may go on (its
 /// body is then read and routed). Answers, in this order:
-///  - a Host outside options.allowed_hosts (when set): 403 (reason "host");
+///  - RFC 9112 section 3.2: more than one Host line, none in an HTTP/1.1
+///    request, or a Host value that is no uri-host[:port]: 400 (reason
+///    "host_header"), whatever options.allowed_hosts says;
+///  - a host outside options.allowed_hosts (when set): 403 (reason "host").
+///    The host is the absolute-form target's authority when there is one
+///    (RFC 9112 section 3.2.2: the server ignores Host then), else Host's;
 ///  - with options.allowed_origins set: an Origin outside them, 403 (reason
 ///    "origin"); a CORS preflight (OPTIONS with Origin and
 ///    Access-Control-Request-Method) from an allowed one, 204 with the

@@ -1,6 +1,6 @@
 // `tqserve serve`: the OpenAI-compatible HTTP daemon and the gRPC API
 // (docs/grpc.md). Flags, start-up order (HTTP and gRPC first, then the model),
-// signals and the drain on SIGTERM/SIGINT.
+// signals and the drain on SIGTERM/SIGINT/SIGHUP.
 #include <pthread.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -72,15 +72,35 @@ void ApplyConfigFile(CLI::App& cmd, const std::string& path) {
   }
 }
 
-// SIGTERM/SIGINT, taken synchronously by one thread (sigwait) so that no
-// handler runs in the middle of another thread's work. The signals must be
-// blocked before any other thread starts (threads inherit the mask).
+// The name of a signal SignalWaiter takes.
+const char* SignalName(int sig) {
+  switch (sig) {
+    case SIGINT:
+      return "SIGINT";
+    case SIGHUP:
+      return "SIGHUP";
+    case SIGUSR1:
+      return "SIGUSR1";
+    case SIGUSR2:
+      return "SIGUSR2";
+    default:
+      return "SIGTERM";
+  }
+}
+
+// SIGTERM/SIGINT/SIGHUP (drain) and SIGUSR1/SIGUSR2 (ignored, logged), taken
+// synchronously by one thread (sigwait) so that no handler runs in the middle
+// of another thread's work. The signals must be blocked before any other
+// thread starts (threads inherit the mask). SIGHUP is a hangup of the
+// terminal the daemon was started from: it drains as SIGTERM does (tqserve
+// has no configuration to reload, as nginx does on SIGHUP). SIGUSR1/2 have no
+// use here (no log files to reopen: the log is stderr); their default action
+// would kill the daemon without a drain.
 class SignalWaiter {
  public:
   SignalWaiter() {
     sigemptyset(&set_);
-    sigaddset(&set_, SIGTERM);
-    sigaddset(&set_, SIGINT);
+    for (const int sig : {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2}) sigaddset(&set_, sig);
     pthread_sigmask(SIG_BLOCK, &set_, nullptr);
     thread_ = std::thread([this] { Loop(); });
   }
@@ -111,8 +131,12 @@ class SignalWaiter {
       if (sigwait(&set_, &sig) != 0) continue;
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) return;
+      if (sig == SIGUSR1 || sig == SIGUSR2) {
+        spdlog::info("received {}: ignored (SIGTERM, SIGINT or SIGHUP drain)", SignalName(sig));
+        continue;
+      }
       ++received_;
-      spdlog::info("received {}{}", sig == SIGINT ? "SIGINT" : "SIGTERM",
+      spdlog::info("received {}{}", SignalName(sig),
                    received_ == 1 ? ": draining" : ": aborting what is left");
       cv_.notify_all();
     }
@@ -289,6 +313,7 @@ void RunServe(ServeArgs& args) {
       args.grpc.served_model_name = args.http.served_model_name;
       args.grpc.log_requests = args.http.log_requests;
       args.grpc.api_keys = args.http.guard.api_keys;
+      args.grpc.liveness = [&server] { return server.state().Liveness().alive; };
       grpc = std::make_unique<grpc_api::GrpcServer>(args.grpc, &metrics);
       const int grpc_port = grpc->Start();
       // Integration tests read the gRPC port from this line.
@@ -404,7 +429,8 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_flag("--expose-server-details", args->grpc.server_details,
                 "gRPC GetServerInfo also reports the model directory and library versions");
   AddRangedOption(cmd, "--shutdown-timeout", args->shutdown_timeout_s,
-                  "Seconds in-flight requests get to finish after SIGTERM/SIGINT", 0.0, 86400.0);
+                  "Seconds in-flight requests get to finish after SIGTERM, SIGINT or SIGHUP", 0.0,
+                  86400.0);
   AddRangedOption(cmd, "--max-pending-requests", args->max_pending_requests,
                   "Generation sequences that may wait beyond --max-num-seqs running; more get "
                   "503 with Retry-After (-1 = 4 x --max-num-seqs)",
@@ -424,6 +450,11 @@ void AddServeCommand(CLI::App& app) {
                   "Seconds a response write may make no progress (a client that stopped "
                   "reading) before the request is aborted",
                   0.001, 86400.0);
+  AddRangedOption(cmd, "--stall-timeout", args->http.stall_timeout_s,
+                  "Seconds the engine may spend in one step while it has work, or a request may "
+                  "wait for a free HTTP worker thread, before /livez and gRPC health 'liveness' "
+                  "report the daemon stalled (503 / NOT_SERVING; 0 = never)",
+                  0.0, 86400.0);
   cmd->add_flag("--disable-log-requests", args->disable_log_requests,
                 "Do not log one line per request");
   cmd->callback([args, cmd, kv_memory] {

@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <chrono>
 
+#include "server/guard/http_guard.h"
+#include "server/guard/log_field.h"
 #include "server/http/content_encoding.h"
 #include "server/http/json_fields.h"
 #include "server/http/openai_errors.h"
@@ -48,13 +50,17 @@ bool ConnectionEnded(const beast::error_code& ec) {
          ec.category() == asio::error::get_ssl_category();
 }
 
-// The head alone (no body), for the request guards.
+// The head alone (no body): request line and fields, for the request guards
+// and the handler.
 template <typename Fields>
 HttpRequest HeadOf(const bhttp::request_header<Fields>& head) {
   HttpRequest view;
   view.method = std::string(head.method_string());
   view.target = std::string(head.target());
-  view.path = view.target.substr(0, view.target.find('?'));
+  guard::RequestTarget target = guard::ParseRequestTarget(view.target);
+  view.path = std::move(target.path);
+  view.authority = std::move(target.authority);
+  view.version = static_cast<int>(head.version());
   for (const auto& field : head) {
     view.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
   }
@@ -297,6 +303,12 @@ void Connection::OnHeader(beast::error_code ec) {
     return;
   }
   const auto& head = parser_->get();
+  if (!guard::ParseRequestTarget({head.target().data(), head.target().size()}).valid) {
+    RefuseAndClose(400,
+                   "the absolute-form request-target has no host[:port] authority (RFC 9112 "
+                   "section 3.2.2)");
+    return;
+  }
   if (std::optional<HttpResponse> refusal = host_->CheckHead(HeadOf(head))) {
     RefuseAndClose(std::move(*refusal));
     return;
@@ -349,13 +361,7 @@ void Connection::OnBody(beast::error_code ec) {
   auto& msg = parser_->get();
   keep_alive_ = msg.keep_alive();
   version_ = msg.version();
-  HttpRequest request;
-  request.method = std::string(msg.method_string());
-  request.target = std::string(msg.target());
-  request.path = request.target.substr(0, request.target.find('?'));
-  for (const auto& field : msg) {
-    request.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
-  }
+  HttpRequest request = HeadOf(msg.base());
   request.body = std::move(msg.body());
   request.remote_addr = request_.remote_addr;
   request.remote_port = request_.remote_port;
@@ -504,8 +510,8 @@ void Connection::StartWriteTimer() {
     if (ec || !self->writing_ || self->state_ == State::kClosed) return;
     // The client stopped reading: its socket buffer is full and nothing moved.
     spdlog::warn("{}:{} \"{} {}\": write stalled for {} s; aborted", self->request_.remote_addr,
-                 self->request_.remote_port, self->request_.method, self->request_.path,
-                 self->host_->options().write_timeout_s);
+                 self->request_.remote_port, guard::LogField(self->request_.method),
+                 guard::LogField(self->request_.path), self->host_->options().write_timeout_s);
     if (self->deferred_) self->deferred_->Abort("the client stopped reading");
     self->Close();
   });
@@ -555,8 +561,8 @@ void Connection::RefuseAndClose(HttpResponse&& response) {
   state_ = State::kResponding;
   if (parser_ && parser_->is_header_done()) {
     request_.method = std::string(parser_->get().method_string());
-    request_.path = std::string(parser_->get().target());
-    request_.path = request_.path.substr(0, request_.path.find('?'));
+    const auto target = parser_->get().target();
+    request_.path = guard::ParseRequestTarget({target.data(), target.size()}).path;
   } else {
     request_.method = "-";
     request_.path = "";
@@ -570,9 +576,12 @@ void Connection::PeerGone(const char* why) {
   // A body that has produced its last bytes has nothing left to abort: the
   // client may close as soon as it reads [DONE], before our write completes.
   if (deferred_ && !body_done_) {
+    // A stream cut short by its client is counted and logged as 499
+    // (nginx's "client closed request"), not with the 200 already sent.
+    status_ = 499;
     deferred_->Abort(why);
     spdlog::info("{}:{} \"{} {}\": {}; aborted", request_.remote_addr, request_.remote_port,
-                 request_.method, request_.path, why);
+                 guard::LogField(request_.method), guard::LogField(request_.path), why);
   }
   Close();
 }

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <memory>
 
+#include "server/guard/log_field.h"
 #include "server/http/chat_request.h"
 #include "server/http/completion_request.h"
 #include "server/http/openai_responses.h"
@@ -75,7 +76,7 @@ class GenerationBody final : public DeferredBody {
       return streamed_ ? PullStream(*data) : PullWhole(*whole);
     } catch (const std::exception& e) {
       // Nothing may escape into the connection; end the request.
-      spdlog::error("{}: response failed: {}", endpoint_->meta.id, e.what());
+      spdlog::error("{}: response failed: {}", endpoint_->meta.id, guard::LogField(e.what()));
       runner_->AbortAll();
       if (streamed_) {
         *data += SseEvent(ErrorJson(InternalError(e.what())));
@@ -151,10 +152,13 @@ void Run(ServerState& state, HttpResponse& res, Engine& engine, std::vector<Choi
       std::make_unique<ServerState::InFlight>(&state, static_cast<int64_t>(choices.size()));
   if (state.options().log_requests) {
     const ChoiceSpec& first = choices.front();
-    spdlog::info("{}: {} choice(s), prompt {} tokens, max_tokens {}, temperature {}, stream {}{}",
-                 endpoint->meta.id, choices.size(), first.request.prompt_ids.size(),
-                 first.request.sampling.max_tokens, params.sampling.temperature, params.stream,
-                 params.user.empty() ? "" : ", user " + DumpJson(params.user));  // quoted, escaped
+    spdlog::info(
+        "{}: {} choice(s), prompt {} tokens, max_tokens {}, temperature {}, stream {}{}",
+        endpoint->meta.id, choices.size(), first.request.prompt_ids.size(),
+        first.request.sampling.max_tokens, params.sampling.temperature, params.stream,
+        params.user.empty()
+            ? ""
+            : ", user " + DumpJson(guard::LogField(params.user)));  // quoted, escaped, bounded
   }
   auto runner = std::make_unique<RequestRunner>(SessionEngine::Of(engine), engine.tokenizer(),
                                                 std::move(choices), params.stop, want_logprobs);

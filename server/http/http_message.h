@@ -19,7 +19,11 @@ namespace tq::http {
 struct HttpRequest {
   std::string method;  // "GET", "POST", ...
   std::string target;  // as sent, with the query
-  std::string path;    // target without the query
+  std::string path;    // target without the query (and, absolute form, without scheme://authority)
+  /// The authority ("host:port") of an absolute-form target
+  /// ("GET http://host:port/path", RFC 9112 section 3.2.2); empty for the origin form.
+  std::string authority;
+  int version = 11;  // 11: HTTP/1.1, 10: HTTP/1.0
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;
   std::string remote_addr;
@@ -27,6 +31,8 @@ struct HttpRequest {
 
   /// The first value of header `name`, or nullopt.
   std::optional<std::string_view> header(std::string_view name) const;
+  /// How many field lines named `name` the request has.
+  size_t header_count(std::string_view name) const;
   bool has_header(std::string_view name) const { return header(name).has_value(); }
 };
 

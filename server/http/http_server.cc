@@ -15,6 +15,7 @@
 
 #include "engine/common/error.h"
 #include "server/guard/http_guard.h"
+#include "server/guard/log_field.h"
 #include "server/guard/request_limits.h"
 #include "server/http/connection.h"
 #include "server/http/json_fields.h"
@@ -35,12 +36,16 @@ HttpOptions WithGuardLimits(HttpOptions options) {
 // The guards' view of a request head (server/guard/http_guard.h); borrows
 // `req`, which must outlive it.
 guard::RequestHead GuardView(const HttpRequest& req) {
-  return guard::RequestHead{req.method, req.path,
+  return guard::RequestHead{req.method,
+                            req.path,
                             [&req](std::string_view name) -> std::optional<std::string> {
                               const auto value = req.header(name);
                               if (!value) return std::nullopt;
                               return std::string(*value);
-                            }};
+                            },
+                            req.version,
+                            req.header_count("Host"),
+                            req.authority};
 }
 
 }  // namespace
@@ -153,17 +158,19 @@ class HttpServer::Impl final : public ConnectionHost {
       done(std::move(res));
       return;
     }
-    asio::post(*pool_,
-               [this, route, request = std::move(request), done = std::move(done)]() mutable {
-                 const size_t bytes = request.body.size();
-                 {
-                   const HttpRequest local = std::move(request);
-                   HttpResponse res;
-                   Guarded(state_, route->handler, local, res);
-                   done(std::move(res));
-                 }
-                 guard::ReleaseFreedMemory(bytes);  // a big prompt's freed heap
-               });
+    const uint64_t ticket = state_.worker_queue().Enqueued();  // for /livez's pool bound
+    asio::post(*pool_, [this, route, ticket, request = std::move(request),
+                        done = std::move(done)]() mutable {
+      state_.worker_queue().Started(ticket);
+      const size_t bytes = request.body.size();
+      {
+        const HttpRequest local = std::move(request);
+        HttpResponse res;
+        Guarded(state_, route->handler, local, res);
+        done(std::move(res));
+      }
+      guard::ReleaseFreedMemory(bytes);  // a big prompt's freed heap
+    });
   }
 
   std::optional<HttpResponse> CheckHead(const HttpRequest& head) override {
@@ -193,8 +200,9 @@ class HttpServer::Impl final : public ConnectionHost {
       state_.metrics()->OnApiRequest("http", RouteLabel(request.path), std::to_string(status));
     }
     if (state_.options().log_requests) {
-      spdlog::info("{}:{} \"{} {}\" {}", request.remote_addr, request.remote_port, request.method,
-                   request.path, status);
+      // The method and path are the client's bytes: bounded (guard/log_field.h).
+      spdlog::info("{}:{} \"{} {}\" {}", request.remote_addr, request.remote_port,
+                   guard::LogField(request.method), guard::LogField(request.path), status);
     }
   }
 

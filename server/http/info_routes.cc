@@ -87,16 +87,14 @@ void HandleHealth(ServerState& state, const HttpRequest&, HttpResponse& res) {
 }
 
 void HandleLivez(ServerState& state, const HttpRequest&, HttpResponse& res) {
-  // Liveness (Kubernetes livenessProbe): fails only when a loaded engine's
-  // loop has died, the one state a restart fixes. Loading, draining and being
-  // busy are alive: /health (readiness) covers those without a restart.
-  const Engine* engine = state.engine();
-  bool dead = false;
-  if (engine != nullptr && !state.draining()) {
-    const EngineStats stats = engine->Stats();  // one snapshot (a lock and a copy)
-    dead = !stats.alive && !stats.draining;
-  }
-  SendJson(res, {{"status", dead ? "dead" : "alive"}}, dead ? 503 : 200);
+  // Liveness (Kubernetes livenessProbe): fails only in the states a restart
+  // fixes: a loaded engine's loop has died, or the engine or the worker pool
+  // is wedged past --stall-timeout (server/guard/liveness.h). Loading,
+  // draining and being busy are alive: /health (readiness) covers those.
+  const guard::Liveness live = state.Liveness();
+  json body = {{"status", live.status}};
+  if (!live.reason.empty()) body["reason"] = live.reason;
+  SendJson(res, body, live.alive ? 200 : 503);
 }
 
 void HandleMetrics(ServerState& state, const HttpRequest&, HttpResponse& res) {

@@ -33,8 +33,11 @@ std::optional<int64_t> AsInt64(const json& value, bool* too_large) {
   if (value.is_number_float()) {
     const double d = value.get<double>();
     if (!std::isfinite(d) || d != std::floor(d)) return std::nullopt;
-    // 2^63 is the first double outside int64.
-    if (d >= 9223372036854775808.0 || d < -9223372036854775808.0) {
+    // 2^63 is the first double above int64. Below, nlohmann reads an integer
+    // literal under -2^63 (-9223372036854775809) as a double, which rounds
+    // to -2^63 itself: a double at -2^63 may stand for a literal out of
+    // range, so it is refused too (-2^63 written as an integer is kept).
+    if (d >= 9223372036854775808.0 || d <= -9223372036854775808.0) {
       *too_large = true;
       return std::nullopt;
     }

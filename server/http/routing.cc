@@ -8,6 +8,7 @@
 
 #include "engine/common/error.h"
 #include "engine/runtime/engine.h"
+#include "server/guard/log_field.h"
 #include "server/http/json_fields.h"
 
 namespace tq::http {
@@ -125,7 +126,8 @@ void Guarded(ServerState& state, const RouteHandler& handler, const HttpRequest&
     // Engine::Submit validates too; what it refuses is the request's fault.
     SendError(res, BadRequest(e.what()));
   } catch (const std::exception& e) {
-    spdlog::error("{} {}: {}", req.method, req.path, e.what());
+    spdlog::error("{} {}: {}", guard::LogField(req.method), guard::LogField(req.path),
+                  guard::LogField(e.what()));
     SendError(res, InternalError(std::string("internal error: ") + e.what()));
   }
 }
@@ -135,6 +137,14 @@ std::optional<std::string_view> HttpRequest::header(std::string_view name) const
     if (boost::beast::iequals(key, {name.data(), name.size()})) return std::string_view(value);
   }
   return std::nullopt;
+}
+
+size_t HttpRequest::header_count(std::string_view name) const {
+  size_t n = 0;
+  for (const auto& [key, value] : headers) {
+    if (boost::beast::iequals(key, {name.data(), name.size()})) ++n;
+  }
+  return n;
 }
 
 }  // namespace tq::http

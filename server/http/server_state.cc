@@ -1,6 +1,8 @@
 // Shared handler state (see server_state.h).
 #include "server/http/server_state.h"
 
+#include <optional>
+
 #include "server/guard/request_limits.h"
 #include "server/http/openai_errors.h"
 
@@ -44,6 +46,14 @@ ServerState::InFlight::~InFlight() {
 bool ServerState::WaitIdle(std::chrono::steady_clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   return idle_cv_.wait_until(lock, deadline, [this] { return in_flight_ == 0; });
+}
+
+guard::Liveness ServerState::Liveness() const {
+  const Engine* engine = this->engine();
+  std::optional<EngineStats> stats;
+  if (engine != nullptr) stats = engine->Stats();  // one snapshot (a lock and a copy)
+  return guard::JudgeLiveness(stats ? &*stats : nullptr, draining(),
+                              worker_queue_.OldestWaitSeconds(), options_.stall_timeout_s);
 }
 
 int64_t ServerState::in_flight() const {

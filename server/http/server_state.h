@@ -12,6 +12,7 @@
 
 #include "engine/runtime/engine.h"
 #include "server/guard/http_guard.h"
+#include "server/guard/liveness.h"
 #include "server/http/generation_params.h"
 #include "server/metrics/server_metrics.h"
 #include "server/text/chat_template.h"
@@ -35,6 +36,9 @@ struct HttpOptions {
   double read_timeout_s = 30;       // whole request head + body, from its first byte
   double keep_alive_timeout_s = 5;  // idle keep-alive connection
   double write_timeout_s = 30;      // a write making no progress (reader stopped)
+  // --stall-timeout: /livez fails when the engine is in one step, or a
+  // request waits for a worker thread, longer than this (0: never).
+  double stall_timeout_s = 60;
   // Admission: engine sequences admitted at once (running + waiting); beyond
   // it generation requests get 503 + Retry-After. 0: no limit.
   int64_t max_admitted_sequences = 0;
@@ -92,6 +96,12 @@ class ServerState {
   /// Generation requests in flight now (for the drain's log lines).
   int64_t in_flight() const;
 
+  /// The HTTP worker pool's queue (the server enqueues and starts its tasks here).
+  guard::WaitWatch& worker_queue() { return worker_queue_; }
+  /// What /livez (and gRPC health "liveness") answers now
+  /// (guard::JudgeLiveness with options.stall_timeout_s). Thread-safe.
+  guard::Liveness Liveness() const;
+
  private:
   const HttpOptions options_;
   ServerMetrics* const metrics_;
@@ -103,6 +113,7 @@ class ServerState {
   std::condition_variable idle_cv_;
   int64_t in_flight_ = 0;
   int64_t sequences_ = 0;  // choices of the requests in flight
+  guard::WaitWatch worker_queue_;
 };
 
 }  // namespace tq::http

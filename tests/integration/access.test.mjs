@@ -143,22 +143,66 @@ test('CORS follows --allowed-origins: preflight, allowed origin, refused origin'
   await evil.arrayBuffer();
 });
 
-function rawGet(port, route, host) {
+/** Sends `head` (a request head, CRLFs included) and resolves to the response's status code. */
+function rawStatus(port, head) {
   return new Promise((resolve, reject) => {
     const socket = net.connect(port, '127.0.0.1');
     let data = '';
     socket.setEncoding('latin1');
     socket.on('data', (d) => (data += d));
-    socket.on('end', () => resolve(Number(/^HTTP\/1\.1 (\d+)/.exec(data)?.[1])));
+    socket.on('end', () => resolve(Number(/^HTTP\/1\.[01] (\d+)/.exec(data)?.[1])));
     socket.on('error', reject);
-    socket.write(`GET ${route} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
+    socket.write(head);
   });
+}
+
+function rawGet(port, route, host) {
+  return rawStatus(port, `GET ${route} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
 }
 
 test('--allowed-hosts refuses other Host headers (DNS rebinding)', async () => {
   assert.equal(await rawGet(served.daemon.port, '/version', `127.0.0.1:${served.daemon.port}`), 200);
   assert.equal(await rawGet(served.daemon.port, '/version', 'rebind.evil.example'), 403);
   assert.equal(await rawGet(served.daemon.port, '/metrics', 'rebind.evil.example:8000'), 403);
+});
+
+// RFC 9112 section 3.2: "A server MUST respond with a 400 (Bad Request) status
+// code to any HTTP/1.1 request message that lacks a Host header field and to
+// any request message that contains more than one Host header field line".
+// The allowed Host first must not carry an evil second one past --allowed-hosts.
+test('two Host headers, or none in HTTP/1.1, get 400 (RFC 9112 section 3.2)', async () => {
+  const port = served.daemon.port;
+  const allowed = `127.0.0.1:${port}`;
+  for (const [first, second] of [[allowed, 'evil.example'], ['evil.example', allowed], [allowed, allowed]]) {
+    const head = `GET /version HTTP/1.1\r\nHost: ${first}\r\nHost: ${second}\r\nConnection: close\r\n\r\n`;
+    assert.equal(await rawStatus(port, head), 400, `Host: ${first} + Host: ${second}`);
+  }
+  assert.equal(await rawStatus(port, 'GET /version HTTP/1.1\r\nConnection: close\r\n\r\n'), 400, 'no Host');
+  assert.equal(await rawStatus(port, 'GET /version HTTP/1.1\r\nHost: a b\r\nConnection: close\r\n\r\n'), 400, 'Host: a b');
+  // HTTP/1.0 needs no Host; with --allowed-hosts set, no Host is no allowed host.
+  assert.equal(await rawStatus(port, 'GET /version HTTP/1.0\r\n\r\n'), 403, 'HTTP/1.0 without Host');
+  assert.equal(await rawStatus(port, `GET /version HTTP/1.0\r\nHost: ${allowed}\r\n\r\n`), 200, 'HTTP/1.0 with Host');
+  const refused = (await served.daemon.metrics()).get('tqserve_requests_refused_total', { protocol: 'http', reason: 'host_header' });
+  assert.equal(refused, 5);
+});
+
+// RFC 9112 section 3.2.2: a server MUST accept the absolute form, and an
+// origin server "MUST ignore the received Host header field (if any) and
+// instead use the host information of the request-target": the target's
+// authority is what --allowed-hosts checks then.
+test('absolute-form targets are served; their authority is checked by --allowed-hosts (RFC 9112 section 3.2.2)', async () => {
+  const port = served.daemon.port;
+  const absolute = (authority, route, host) =>
+    rawStatus(port, `GET http://${authority}${route} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
+  assert.equal(await absolute(`127.0.0.1:${port}`, '/version', `127.0.0.1:${port}`), 200);
+  assert.equal(await absolute(`127.0.0.1:${port}`, '/health', 'evil.example'), 200, 'the authority replaces Host');
+  assert.equal(await absolute('evil.example', '/version', `127.0.0.1:${port}`), 403, 'the authority is checked');
+  assert.equal(await absolute(`127.0.0.1:${port}`, '/nope', `127.0.0.1:${port}`), 404);
+  assert.equal(await absolute('', '/version', `127.0.0.1:${port}`), 400, 'no authority');
+  // The API key rules see the absolute form's path.
+  assert.equal(await absolute(`127.0.0.1:${port}`, '/v1/models', `127.0.0.1:${port}`), 401);
+  const models = await rawStatus(port, `GET HTTP://127.0.0.1:${port}/v1/models?x=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${KEY}\r\nConnection: close\r\n\r\n`);
+  assert.equal(models, 200);
 });
 
 test('no model directory path in /v1/models and /metrics, no library versions over gRPC', async () => {

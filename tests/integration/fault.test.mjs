@@ -154,7 +154,7 @@ test(`the engine throws at step ${FAULT_STEP}: every request fails, /livez 503, 
 test('a bad TQSERVE_FAULT_INJECT is a usage error (exit 2)', () => {
   const r = spawnSync(FAULT_BIN(), ['--version'], { env: { ...process.env, TQSERVE_FAULT_INJECT: 'engine_step:x' }, encoding: 'utf8' });
   assert.equal(r.status, 2, r.stderr);
-  assert.match(r.stderr, /TQSERVE_FAULT_INJECT must be engine_step:N/);
+  assert.match(r.stderr, /TQSERVE_FAULT_INJECT must be engine_step:N or engine_stall:N/);
 });
 
 test('the shipped tqserve ignores TQSERVE_FAULT_INJECT', async () => {

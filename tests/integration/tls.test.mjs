@@ -246,7 +246,7 @@ test('streams closed by the client over TLS are aborted and free their KV blocks
   }));
   assert.ok(attempts.includes('aborted'), 'every request finished before its abort');
   const deadline = Date.now() + 3000;
-  // 499: the request's client left before its response (streams log 200).
+  // 499: the request's client left before its response (streams too).
   const seen = () => {
     const log = daemon.stderr.slice(mark);
     return /"POST \/v1\/completions": client closed the connection; aborted/.test(log) && /"POST \/v1\/completions" 499/.test(log);

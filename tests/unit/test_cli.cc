@@ -267,6 +267,16 @@ TEST_F(CliTest, KvCacheStartupChecks) {
   ExpectOneLineError(Run("generate --kv-cache-dtype fp16 --kv-cache-memory 50000"),
                      {"--kv-cache-memory 50000", "fewer than --max-model-len 512"});
   EXPECT_EQ(Run("generate --kv-cache-memory -5").exit_code, 2);
+  // Issue 41 defect 9: the range --help shows is written 1e15, so exponent
+  // forms are byte counts too (5e4 = 50000, the same refusal as above).
+  ExpectOneLineError(Run("generate --kv-cache-dtype fp16 --kv-cache-memory 5e4"),
+                     {"--kv-cache-memory 50000", "fewer than --max-model-len 512"});
+  EXPECT_THAT(Run("serve --help").out, HasSubstr("BYTES in [0 - 1e15]"));
+  for (const char* bad : {"1.5e15", "2.5", "0x10", "inf", "nan", "1e", "-0", ""}) {
+    const RunResult r = Run(std::string("generate --kv-cache-memory '") + bad + "'");
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr("--kv-cache-memory")) << bad;
+  }
   EXPECT_EQ(Run("generate --block-size 1000000").exit_code, 2);
   // A calibration text too short for per-channel statistics.
   const std::string tiny = (dir_ / "tiny.txt").string();

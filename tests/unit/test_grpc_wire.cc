@@ -4,10 +4,12 @@
 // single-byte corruption of real encoded requests; ParseRequest's
 // INVALID_ARGUMENT messages name the field.
 #include <google/protobuf/message.h>
+#include <google/protobuf/unknown_field_set.h>
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/slice.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -45,10 +47,37 @@ bool Parses(const google::protobuf::Message& prototype, const std::string& bytes
   return m->ParseFromString(bytes);
 }
 
+// Whether two different members of one oneof (not a proto3 `optional`) are
+// set in `bytes`, at any level, as libprotobuf's UnknownFieldSet reads them.
+bool TwoOneofMembers(const std::string& bytes, const google::protobuf::Descriptor& type) {
+  google::protobuf::UnknownFieldSet set;
+  if (!set.ParseFromString(bytes)) return false;
+  std::map<const google::protobuf::OneofDescriptor*, int> seen;
+  for (int i = 0; i < set.field_count(); ++i) {
+    const google::protobuf::UnknownField& f = set.field(i);
+    const google::protobuf::FieldDescriptor* field = type.FindFieldByNumber(f.number());
+    if (field == nullptr) continue;
+    if (const auto* oneof = field->real_containing_oneof()) {
+      const auto [it, fresh] = seen.emplace(oneof, f.number());
+      if (!fresh && it->second != f.number()) return true;
+    }
+    if (field->type() == google::protobuf::FieldDescriptor::TYPE_MESSAGE &&
+        f.type() == google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED &&
+        TwoOneofMembers(f.length_delimited(), *field->message_type())) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The oracle: libprotobuf parses the bytes, and no oneof has two members
+// (docs/grpc.md: exactly one of text and token_ids; libprotobuf itself would
+// keep the last one).
 void ExpectAgreesWithLibprotobuf(const google::protobuf::Message& prototype,
                                  const std::string& bytes) {
   const std::string fault = DescribeWireFault(bytes, *prototype.GetDescriptor());
-  EXPECT_EQ(Parses(prototype, bytes), fault.empty())
+  EXPECT_EQ(Parses(prototype, bytes) && !TwoOneofMembers(bytes, *prototype.GetDescriptor()),
+            fault.empty())
       << "fault '" << fault << "' for " << bytes.size() << " bytes";
 }
 
@@ -112,6 +141,44 @@ TEST(GrpcWire, ParseRequestNamesTheFieldAndTheFault) {
   EXPECT_EQ(g2.SerializeAsString(), bytes);
   // An empty body is the empty message.
   EXPECT_EQ(ParseError("", &t), "");
+}
+
+// Issue 41: text and token_ids together (oneof input) are INVALID_ARGUMENT,
+// in either order, as are two structured_output kinds; the same member twice
+// is one value (protobuf's last-one-wins), and the optional
+// add_special_tokens (a synthetic oneof) is no oneof member.
+TEST(GrpcWire, TwoMembersOfAOneofAreRefused) {
+  pb::GenerateRequest g;
+  // text "Hi" (field 2), then token_ids {ids: [5]} (field 3, packed ids).
+  const std::string text = std::string("\x12\x02Hi", 4);
+  const std::string ids = std::string("\x1a\x03\x0a\x01\x05", 5);
+  EXPECT_EQ(ParseError(text + ids, &g),
+            "malformed GenerateRequest: token_ids (field 3): set together with text; oneof input "
+            "takes exactly one at byte 4");
+  EXPECT_EQ(ParseError(ids + text, &g),
+            "malformed GenerateRequest: text (field 2): set together with token_ids; oneof input "
+            "takes exactly one at byte 5");
+  EXPECT_TRUE(Parses(g, text + ids));  // what libprotobuf alone would accept
+  EXPECT_EQ(ParseError(text + text, &g), "");
+  EXPECT_EQ(g.text(), "Hi");
+  pb::GenerateRequest both;
+  both.set_text("Hi");
+  both.set_add_special_tokens(true);
+  EXPECT_EQ(ParseError(both.SerializeAsString(), &g), "");
+  pb::GenerateRequest regex;
+  regex.mutable_sampling()->mutable_structured_output()->set_regex("a+");
+  pb::GenerateRequest grammar;
+  grammar.mutable_sampling()->mutable_structured_output()->set_grammar("root ::= \"a\"");
+  // Within one structured_output: refused.
+  // sampling (5) { structured_output (14) { regex (3): "a+", grammar (5): "x" } }
+  const std::string two_kinds = std::string("\x2a\x09\x72\x07", 4) + std::string("\x1a\x02a+", 4) +
+                                std::string("\x2a\x01x", 3);
+  ASSERT_TRUE(Parses(g, two_kinds)) << "the hand-made bytes must be a valid encoding";
+  EXPECT_NE(ParseError(two_kinds, &g).find("oneof"), std::string::npos);
+  // Two sampling fields merge (protobuf's rule for a repeated message field
+  // occurrence), each with one kind: kept as protobuf merges them.
+  const std::string merged = regex.SerializeAsString() + grammar.SerializeAsString();
+  EXPECT_EQ(ParseError(merged, &g), "");
 }
 
 }  // namespace

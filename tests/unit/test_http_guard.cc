@@ -18,17 +18,25 @@ namespace {
 struct Head {
   std::string method = "POST";
   std::string path = "/v1/completions";
-  std::map<std::string, std::string> headers = {{"content-type", "application/json"},
-                                                {"content-length", "10"}};
+  std::map<std::string, std::string> headers = {
+      {"content-type", "application/json"}, {"content-length", "10"}, {"host", "localhost:8000"}};
+  int version = 11;
+  size_t extra_hosts = 0;  // Host lines beyond the one in `headers`
+  std::string authority;   // an absolute-form target's
   RequestHead view() const {
-    return {method, path, [this](std::string_view name) -> std::optional<std::string> {
+    return {method,
+            path,
+            [this](std::string_view name) -> std::optional<std::string> {
               std::string key(name);
               for (char& c : key)
                 c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
               const auto it = headers.find(key);
               if (it == headers.end()) return std::nullopt;
               return it->second;
-            }};
+            },
+            version,
+            headers.count("host") + extra_hosts,
+            authority};
   }
 };
 
@@ -167,6 +175,97 @@ TEST(HttpGuard, AllowedHosts) {
     ASSERT_TRUE(r) << host;
     EXPECT_EQ(r->status, 403);
     EXPECT_EQ(r->reason, "host");
+  }
+}
+
+// RFC 9112 section 3.2: "A server MUST respond with a 400 (Bad Request)
+// status code to any HTTP/1.1 request message that lacks a Host header field
+// and to any request message that contains more than one Host header field
+// line or a Host header field with an invalid field value" -- before and
+// whatever --allowed-hosts says (a second Host must not pass it by the first).
+TEST(HttpGuard, ExactlyOneValidHost) {
+  for (const bool restricted : {false, true}) {
+    HttpGuardOptions options;
+    if (restricted) options.allowed_hosts = {"localhost"};
+    Head head;
+    EXPECT_FALSE(Check(options, head));
+    head.extra_hosts = 1;
+    auto r = Check(options, head);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400);
+    EXPECT_EQ(r->reason, "host_header");
+    EXPECT_NE(r->message.find("2 Host header fields"), std::string::npos) << r->message;
+    head.extra_hosts = 0;
+    head.headers.erase("host");
+    r = Check(options, head);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400);
+    EXPECT_EQ(r->reason, "host_header");
+    head.version = 10;  // HTTP/1.0 has no Host requirement
+    r = Check(options, head);
+    if (restricted) {
+      ASSERT_TRUE(r);
+      EXPECT_EQ(r->status, 403);  // no host is no allowed host
+    } else {
+      EXPECT_FALSE(r);
+    }
+    head.version = 11;
+    for (const char* bad : {"local host", "a/b", "a:80x", "[::1", "[::1]x", "a@b", "a:b:c"}) {
+      head.headers["host"] = bad;
+      r = Check(options, head);
+      ASSERT_TRUE(r) << bad;
+      EXPECT_EQ(r->status, 400) << bad;
+      EXPECT_EQ(r->reason, "host_header") << bad;
+    }
+    for (const char* good : {"localhost", "localhost:8000", "[::1]:8000", "[fe80::1%25eth0]"}) {
+      head.headers["host"] = good;
+      r = Check(options, head);
+      EXPECT_TRUE(!r || r->status == 403) << good;
+    }
+  }
+}
+
+// RFC 9112 section 3.2.2: an origin server receiving the absolute form "MUST
+// ignore the received Host header field (if any) and instead use the host
+// information of the request-target".
+TEST(HttpGuard, AbsoluteFormAuthorityReplacesHost) {
+  HttpGuardOptions options;
+  options.allowed_hosts = {"localhost"};
+  Head head;
+  head.headers["host"] = "evil.example";
+  head.authority = "localhost:8000";
+  EXPECT_FALSE(Check(options, head));
+  head.headers["host"] = "localhost";
+  head.authority = "evil.example:8000";
+  const auto r = Check(options, head);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403);
+  EXPECT_EQ(r->reason, "host");
+}
+
+TEST(RequestTarget, OriginAndAbsoluteForms) {
+  struct Case {
+    const char* target;
+    const char* path;
+    const char* authority;
+    bool valid;
+  };
+  for (const Case& c : std::initializer_list<Case>{
+           {"/v1/models?x=1", "/v1/models", "", true},
+           {"/health", "/health", "", true},
+           {"http://127.0.0.1:8000/health", "/health", "127.0.0.1:8000", true},
+           {"HTTPS://Example.COM/v1/models?q", "/v1/models", "Example.COM", true},
+           {"http://[::1]:80", "/", "[::1]:80", true},
+           {"http://host?q=1", "/", "host", true},
+           {"http:///health", "/health", "", false},
+           {"http://user@host/health", "/health", "user@host", false},
+           {"ftp://host/health", "ftp://host/health", "", true},
+           {"*", "*", "", true},
+       }) {
+    const RequestTarget t = ParseRequestTarget(c.target);
+    EXPECT_EQ(t.path, c.path) << c.target;
+    EXPECT_EQ(t.authority, c.authority) << c.target;
+    EXPECT_EQ(t.valid, c.valid) << c.target;
   }
 }
 

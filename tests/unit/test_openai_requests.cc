@@ -89,6 +89,15 @@ TEST(OpenAiCompletionRequest, EachInvalidFieldIs400NamingIt) {
       {R"({"prompt": "x", "stop_token_ids": "x"})", "stop_token_ids"},
       {R"({"prompt": "x", "seed": "x"})", "seed"},
       {R"({"prompt": "x", "seed": 1.5})", "seed"},
+      // Both sides of int64 (issue 41 defect 7): nlohmann reads an integer
+      // below -2^63 as the double -2^63, so a float at -2^63 is out of range.
+      {R"({"prompt": "x", "seed": 9223372036854775808})", "seed"},
+      {R"({"prompt": "x", "seed": -9223372036854775809})", "seed"},
+      {R"({"prompt": "x", "seed": -9223372036854775808.0})", "seed"},
+      {R"({"prompt": "x", "seed": -1e19})", "seed"},
+      {R"({"prompt": "x", "seed": 1e19})", "seed"},
+      {R"({"prompt": "x", "max_tokens": -9223372036854775809})", "max_tokens"},
+      {R"({"prompt": "x", "n": -9223372036854775809})", "n"},
       {R"({"prompt": "x", "logprobs": 21})", "logprobs"},
       {R"({"prompt": "x", "logprobs": -1})", "logprobs"},
       {R"({"prompt": "x", "logprobs": true})", "logprobs"},
@@ -142,6 +151,16 @@ TEST(OpenAiCompletionRequest, BodyMustBeAnObject) {
   EXPECT_EQ(e.status, 400);
   EXPECT_EQ(e.param, "");
   EXPECT_TRUE(ErrorJson(e)["error"]["param"].is_null());
+}
+
+TEST(OpenAiCompletionRequest, SeedTakesAllOfInt64) {
+  // Both ends of int64 as integer literals (two's complement into uint64).
+  for (const auto& [text, seed] : std::initializer_list<std::pair<const char*, uint64_t>>{
+           {R"({"prompt": "x", "seed": -9223372036854775808})", uint64_t{1} << 63},
+           {R"({"prompt": "x", "seed": 9223372036854775807})", (uint64_t{1} << 63) - 1},
+           {R"({"prompt": "x", "seed": 1e18})", uint64_t{1000000000000000000}}}) {
+    EXPECT_EQ(ParseCompletionRequest(json::parse(text), Ctx()).params.sampling.seed, seed) << text;
+  }
 }
 
 TEST(OpenAiCompletionRequest, DefaultsAreOpenAis) {
