@@ -1,17 +1,20 @@
 // GBNF-like grammar text -> Grammar (see grammar.h). A recursive-descent
 // parser builds rules of alternatives of items; repetition is lowered to
-// helper rules (X* -> R ::= X R | ""; X{m,n} -> m copies, then nested
-// optionals); code-point classes become alternatives of UTF-8 byte-class
+// helper rules once every rule is known (X* -> R ::= X R | ""; X{m,n} -> m
+// copies, then nested optionals), through X' = X without the empty string
+// when X can match it (X* = X'*, X{m,n} = X'{0,n}: not left-recursive, not
+// ambiguous); code-point classes become alternatives of UTF-8 byte-class
 // sequences (the standard range split, as RE2 and Rust's regex-syntax do).
+// Sizes are counted against the compile budget (grammar.h) as rules grow.
 #include "engine/structured/grammar.h"
 
 #include <algorithm>
-#include <functional>
 #include <map>
 #include <unordered_map>
 
 #include "engine/common/error.h"
 #include "engine/structured/code_ranges.h"
+#include "engine/structured/grammar_check.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace tq::structured {
@@ -72,6 +75,7 @@ class Parser {
       if (defined_[id]) Fail("rule '" + name + "' is defined twice");
       defined_[id] = true;
       rules_[id] = Alternatives(0);
+      CountElements(rules_[id]);
       SkipSpace(true);
     }
     for (size_t i = 0; i < rules_.size(); ++i) {
@@ -79,7 +83,10 @@ class Parser {
     }
     const auto root = ids_.find("root");
     if (root == ids_.end()) Fail("no 'root' rule");
-    return Flatten(root->second);
+    LowerRepetitions();
+    Grammar g = Flatten(rules_, root->second);
+    CheckGrammar(g, names_, deadline_);
+    return g;
   }
 
  private:
@@ -128,13 +135,43 @@ class Parser {
     names_.push_back(name);
     rules_.emplace_back();
     defined_.push_back(false);
+    if (lowering_) {
+      nullable_.push_back(false);
+      non_empty_.push_back(kUnknown);
+    }
     return id;
+  }
+
+  // Counts `n` more elements against kMaxGrammarElements (before they are
+  // built, where the caller can say how many).
+  void AddElements(size_t n) {
+    elements_ += n;
+    if (elements_ > kMaxGrammarElements) {
+      Fail("over the compile budget: more than " + std::to_string(kMaxGrammarElements) +
+           " grammar elements (kMaxGrammarElements)");
+    }
+    deadline_.Check();
+  }
+  void CountElements(const std::vector<Sequence>& alts) {
+    size_t n = alts.size();  // one end element per alternative
+    for (const Sequence& s : alts) n += s.size();
+    AddElements(n);
+  }
+
+  // Sets the alternatives of rule `id` (counted; its nullability kept while lowering).
+  void SetRule(int32_t id, std::vector<Sequence> alts) {
+    CountElements(alts);
+    rules_[id] = std::move(alts);
+    defined_[id] = true;
+    if (lowering_) {
+      nullable_[id] = std::any_of(rules_[id].begin(), rules_[id].end(),
+                                  [&](const Sequence& s) { return SequenceNullable(s); });
+    }
   }
 
   int32_t NewRule(std::vector<Sequence> alts) {
     const int32_t id = RuleId("_" + std::to_string(rules_.size()));
-    rules_[id] = std::move(alts);
-    defined_[id] = true;
+    SetRule(id, std::move(alts));
     return id;
   }
 
@@ -315,17 +352,33 @@ class Parser {
     return v;
   }
 
-  // X repeated [min, max] times (max < 0: unbounded), as a sequence.
-  Sequence Repeat(const Sequence& x, int64_t min, int64_t max) {
+  // X repeated [min, max] times (max < 0: unbounded), as a sequence: a
+  // reference to a rule that LowerRepetitions fills in.
+  Sequence Repeat(Sequence x, int64_t min, int64_t max) {
+    if (min == 1 && max == 1) return x;
+    const int32_t id = RuleId("_" + std::to_string(rules_.size()));
+    defined_[id] = true;
+    AddElements(x.size() + 1);
+    sites_.emplace(id, Site{std::move(x), min, max});
+    site_order_.push_back(id);
+    return {Item{true, id}};
+  }
+
+  // X repeated [min, max] times, X not nullable: m copies, then R ::= X R | ""
+  // (unbounded) or nested optionals R_k ::= X R_{k-1} | "", R_1 ::= X | "".
+  Sequence Expand(const Sequence& x, int64_t min, int64_t max) {
+    const int64_t optional = max < 0 ? 1 : max - min;
+    // Checked before anything is built: copies multiply the size of X.
+    AddElements(x.size() * static_cast<size_t>(min + optional) + static_cast<size_t>(optional));
     Sequence out;
     for (int64_t i = 0; i < min; ++i) out.insert(out.end(), x.begin(), x.end());
-    if (max < 0) {  // R ::= X R | ""
+    if (max < 0) {
       const int32_t r = NewRule({});
       Sequence loop = x;
       loop.push_back(Item{true, r});
-      rules_[r] = {loop, Sequence{}};
+      SetRule(r, {loop, Sequence{}});
       out.push_back(Item{true, r});
-    } else if (max > min) {  // nested optionals: R_k ::= X R_{k-1} | "", R_1 ::= X | ""
+    } else if (max > min) {
       int32_t inner = NewRule({x, Sequence{}});
       for (int64_t k = 1; k < max - min; ++k) {
         Sequence s = x;
@@ -335,6 +388,88 @@ class Parser {
       out.push_back(Item{true, inner});
     }
     return out;
+  }
+
+  bool SequenceNullable(const Sequence& s) const {
+    return std::all_of(s.begin(), s.end(),
+                       [&](const Item& it) { return it.is_ref && nullable_[it.arg]; });
+  }
+
+  // Lowers every repetition, in the order they were written. Nullability
+  // first, over the rules with each repetition standing for X (min > 0) or
+  // "" (min == 0), which derive the empty string exactly when it does.
+  void LowerRepetitions() {
+    std::vector<std::vector<Sequence>> provisional = rules_;
+    for (const auto& [id, site] : sites_) {
+      provisional[id] =
+          site.min == 0 ? std::vector<Sequence>{Sequence{}} : std::vector<Sequence>{site.x};
+    }
+    nullable_ = NullableRules(Flatten(provisional, 0));
+    non_empty_.assign(rules_.size(), kUnknown);
+    lowering_ = true;
+    for (const int32_t id : site_order_) LowerSite(id, 0);
+  }
+
+  void LowerSite(int32_t id, int depth) {
+    Site& site = sites_.at(id);
+    if (site.state == Site::kDone) return;
+    if (site.state == Site::kLowering) Fail("rule '" + names_[id] + "' is left-recursive");
+    site.state = Site::kLowering;
+    Sequence x = site.x;
+    int64_t min = site.min, max = site.max;
+    if (SequenceNullable(x)) {  // X{m,n} = X'{0,n}, X* = X'*
+      std::vector<Sequence> non_empty = NonEmpty(x, depth + 1);
+      min = 0;
+      if (non_empty.empty()) {  // X matches only ""
+        x.clear();
+        max = 0;
+      } else {
+        x = {Item{true, NewRule(std::move(non_empty))}};
+      }
+    }
+    SetRule(id, {Expand(x, min, max)});
+    sites_.at(id).state = Site::kDone;
+  }
+
+  // The sentences of `seq` but the empty one, as alternatives: for each
+  // nullable item in front, that item's non-empty part and the rest, and at
+  // the first item that is not nullable, the rest as it is.
+  std::vector<Sequence> NonEmpty(const Sequence& seq, int depth) {
+    std::vector<Sequence> out;
+    for (size_t i = 0; i < seq.size(); ++i) {
+      const Item& it = seq[i];
+      AddElements(seq.size() - i + 1);
+      if (!it.is_ref || !nullable_[it.arg]) {
+        out.emplace_back(seq.begin() + static_cast<std::ptrdiff_t>(i), seq.end());
+        break;
+      }
+      const int32_t part = NonEmptyRule(it.arg, depth);
+      if (part != kNone) {
+        Sequence s{Item{true, part}};
+        s.insert(s.end(), seq.begin() + static_cast<std::ptrdiff_t>(i) + 1, seq.end());
+        out.push_back(std::move(s));
+      }
+    }
+    return out;
+  }
+
+  // A rule for the sentences of rule `r` but the empty one (kNone when it
+  // has no other), made once per rule.
+  int32_t NonEmptyRule(int32_t r, int depth) {
+    if (depth > 200) Fail("groups nested too deeply");
+    if (non_empty_[r] == kBusy) Fail("rule '" + names_[r] + "' is left-recursive");
+    if (non_empty_[r] != kUnknown) return non_empty_[r];
+    if (sites_.count(r) > 0) LowerSite(r, depth + 1);
+    if (!nullable_[r]) return non_empty_[r] = r;
+    non_empty_[r] = kBusy;
+    const std::vector<Sequence> alts = rules_[r];  // NewRule may move rules_
+    std::vector<Sequence> parts;
+    for (const Sequence& s : alts) {
+      for (Sequence& p : NonEmpty(s, depth + 1)) parts.push_back(std::move(p));
+    }
+    const int32_t id = parts.empty() ? kNone : NewRule(std::move(parts));
+    non_empty_[r] = id;
+    return id;
   }
 
   std::vector<Sequence> Alternatives(int depth) {
@@ -356,11 +491,11 @@ class Parser {
       while (pos_ < text_.size()) {
         const char q = text_[pos_];
         if (q == '*') {
-          item = Repeat(item, 0, -1);
+          item = Repeat(std::move(item), 0, -1);
         } else if (q == '+') {
-          item = Repeat(item, 1, -1);
+          item = Repeat(std::move(item), 1, -1);
         } else if (q == '?') {
-          item = Repeat(item, 0, 1);
+          item = Repeat(std::move(item), 0, 1);
         } else if (q == '{') {
           ++pos_;
           SkipSpace(false);
@@ -375,7 +510,7 @@ class Parser {
           SkipSpace(false);
           if (pos_ >= text_.size() || text_[pos_] != '}') Fail("expected '}' at offset " + At());
           if (max >= 0 && max < min) Fail("repetition {m,n} with n < m at offset " + At());
-          item = Repeat(item, min, max);
+          item = Repeat(std::move(item), min, max);
         } else {
           break;
         }
@@ -383,73 +518,49 @@ class Parser {
         SkipSpace(false);
       }
       alts.back().insert(alts.back().end(), item.begin(), item.end());
-      if (alts.back().size() > kMaxGrammarElements) Fail("grammar too large");
+      if (alts.back().size() > kMaxGrammarElements) {
+        AddElements(alts.back().size());  // fails
+      }
+      deadline_.Check();
     }
     return alts;
   }
 
-  // Nullable rules, then a DFS over "may start with" edges: a cycle is left
-  // recursion, which a top-down matcher cannot run.
-  void CheckLeftRecursion() const {
-    const size_t n = rules_.size();
-    std::vector<bool> nullable(n, false);
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (size_t r = 0; r < n; ++r) {
-        if (nullable[r]) continue;
-        for (const Sequence& s : rules_[r]) {
-          const bool all = std::all_of(
-              s.begin(), s.end(), [&](const Item& it) { return it.is_ref && nullable[it.arg]; });
-          if (all) {
-            nullable[r] = changed = true;
-            break;
-          }
-        }
-      }
-    }
-    std::vector<std::vector<int32_t>> starts(n);
-    for (size_t r = 0; r < n; ++r) {
-      for (const Sequence& s : rules_[r]) {
-        for (const Item& it : s) {
-          if (!it.is_ref) break;
-          starts[r].push_back(it.arg);
-          if (!nullable[it.arg]) break;
-        }
-      }
-    }
-    std::vector<int> state(n, 0);  // 0 new, 1 on the DFS path, 2 done
-    std::function<void(int32_t)> visit = [&](int32_t r) {
-      state[r] = 1;
-      for (int32_t s : starts[r]) {
-        if (state[s] == 1) Fail("rule '" + names_[s] + "' is left-recursive");
-        if (state[s] == 0) visit(s);
-      }
-      state[r] = 2;
-    };
-    for (size_t r = 0; r < n; ++r) {
-      if (state[r] == 0) visit(static_cast<int32_t>(r));
-    }
-  }
-
-  Grammar Flatten(int32_t root) {
-    CheckLeftRecursion();
+  // The flat Grammar of `rules` (a site not yet lowered has no alternative).
+  Grammar Flatten(const std::vector<std::vector<Sequence>>& rules, int32_t root) const {
     Grammar g;
     g.classes = classes_;
     g.root = root;
-    g.rules.resize(rules_.size());
-    for (size_t r = 0; r < rules_.size(); ++r) {
-      for (const Sequence& s : rules_[r]) {
+    g.rules.resize(rules.size());
+    for (size_t r = 0; r < rules.size(); ++r) {
+      for (const Sequence& s : rules[r]) {
         g.rules[r].push_back(static_cast<int32_t>(g.elements.size()));
         for (const Item& it : s) {
           g.elements.push_back({it.is_ref ? Grammar::Kind::kRef : Grammar::Kind::kBytes, it.arg});
         }
         g.elements.push_back({Grammar::Kind::kEnd, 0});
       }
-      if (g.elements.size() > kMaxGrammarElements) Fail("grammar too large");
     }
     return g;
   }
 
+  // A repetition X{min,max} (max < 0: unbounded), lowered once every rule is
+  // known, since whether X matches "" decides how.
+  struct Site {
+    enum State : uint8_t { kPending, kLowering, kDone };
+    Sequence x;
+    int64_t min = 0, max = 0;
+    State state = kPending;
+  };
+  static constexpr int32_t kUnknown = -3, kBusy = -2, kNone = -1;  // non_empty_ values
+
+  CompileDeadline deadline_;
+  size_t elements_ = 0;
+  std::unordered_map<int32_t, Site> sites_;
+  std::vector<int32_t> site_order_;
+  bool lowering_ = false;           // in LowerRepetitions: nullable_ and non_empty_ kept per rule
+  std::vector<bool> nullable_;      // per rule, while lowering
+  std::vector<int32_t> non_empty_;  // per rule: its non-empty part (NonEmptyRule), or a marker
   std::string_view text_;
   size_t pos_ = 0;
   std::vector<std::vector<Sequence>> rules_;

@@ -34,10 +34,36 @@ struct Grammar {
   int32_t root = 0;
 };
 
-/// Limits that bound the size of a compiled grammar (bad input gets an
-/// error, never unbounded memory).
+/// The compile budget: limits that bound the work and memory of compiling
+/// one constraint, each enforced while the grammar grows (before the
+/// allocation it bounds), so that no input can allocate or run without limit.
+/// Over a limit, compiling throws tq::Error whose message says "over the
+/// compile budget" and names the limit (the front ends' 400 /
+/// INVALID_ARGUMENT). docs/api.md lists them.
 inline constexpr int32_t kMaxRepetition = 4096;  // {m,n} bounds
+/// Elements of the flattened grammar (one per byte class or rule reference,
+/// plus one per alternative), counted as rules are added.
 inline constexpr size_t kMaxGrammarElements = 1 << 20;
+/// Bytes of a constraint's source text (schema JSON, regex, grammar, choices).
+inline constexpr size_t kMaxConstraintBytes = 1 << 20;
+/// Ways any one rule can derive the empty string, and ways it can reach its
+/// first byte (derivation paths the matcher enumerates): nested optional or
+/// repeated groups multiply these.
+inline constexpr int64_t kMaxExpansionPaths = 16384;
+/// Wall-clock milliseconds for compiling one constraint.
+inline constexpr int64_t kMaxCompileMillis = 2000;
+
+/// A wall-clock bound on one compile (kMaxCompileMillis from construction).
+/// Check() throws tq::Error ("grammar: over the compile budget of N ms")
+/// once it has passed. Cheap enough to call per grammar item.
+class CompileDeadline {
+ public:
+  CompileDeadline();
+  void Check() const;
+
+ private:
+  int64_t end_ns_;
+};
 
 /// Parses the text form (UTF-8): rules `name ::= alternatives`, where an
 /// alternative is a sequence of "literal" strings (escapes \n \r \t \\ \" \'
@@ -47,7 +73,10 @@ inline constexpr size_t kMaxGrammarElements = 1 << 20;
 /// by * + ? {m} {m,} {m,n}; `|` separates alternatives; # starts a comment.
 /// Characters are Unicode code points, matched as their UTF-8 bytes. The start
 /// rule is `root`. Throws tq::Error naming the problem (syntax with its
-/// offset, an undefined rule, left recursion, size limits).
+/// offset, an undefined rule, left recursion, the compile budget).
+/// Repetition of a group that can match the empty string (X* with X
+/// nullable) is lowered through X without its empty string, so it is
+/// neither left-recursive nor ambiguous: (a*)* matches what a* matches.
 Grammar ParseGrammar(std::string_view text);
 
 /// The GBNF literal for UTF-8 `text` (quotes included): ", \\ and control

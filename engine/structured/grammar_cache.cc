@@ -4,21 +4,43 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/common/error.h"
+#include "engine/common/json_limits.h"
 #include "engine/structured/json_schema.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace tq::structured {
 
 std::string ConstraintGrammarText(const ConstraintSpec& spec) {
+  // The front ends check these too (naming their field); the engine does
+  // not rely on it.
+  if (spec.text.size() > kMaxConstraintBytes) {
+    throw Error("over the compile budget: the constraint is " + std::to_string(spec.text.size()) +
+                " bytes, more than " + std::to_string(kMaxConstraintBytes) +
+                " (kMaxConstraintBytes)");
+  }
+  const auto parse = [&spec](const char* what) {
+    nlohmann::json j =
+        ParseJsonBounded<nlohmann::json>(spec.text, what, kMaxConstraintBytes, kMaxJsonNesting);
+    if (j.is_discarded()) throw Error(std::string("the ") + what + " is not valid JSON");
+    return j;
+  };
   switch (spec.kind) {
     case ConstraintSpec::Kind::kJsonObject:
       return JsonObjectGrammar();
     case ConstraintSpec::Kind::kJsonSchema:
-      return JsonSchemaGrammar(nlohmann::json::parse(spec.text));
+      return JsonSchemaGrammar(parse("schema"));
     case ConstraintSpec::Kind::kRegex:
       return RegexGrammar(spec.text);
-    case ConstraintSpec::Kind::kChoice:
-      return ChoiceGrammar(nlohmann::json::parse(spec.text).get<std::vector<std::string>>());
+    case ConstraintSpec::Kind::kChoice: {
+      const nlohmann::json list = parse("choice list");
+      if (!list.is_array()) throw Error("the choice list is not a JSON list of strings");
+      std::vector<std::string> choices;
+      for (const nlohmann::json& c : list) {
+        if (!c.is_string()) throw Error("the choice list is not a JSON list of strings");
+        choices.push_back(c.get<std::string>());
+      }
+      return ChoiceGrammar(choices);
+    }
     case ConstraintSpec::Kind::kGrammar:
       return spec.text;
   }

@@ -27,7 +27,9 @@ struct ConstraintSpec {
 };
 
 /// The grammar text a spec compiles through. Throws UnsupportedConstraint
-/// (an unsupported keyword or construct) or tq::Error (bad grammar text).
+/// (an unsupported keyword or construct) or tq::Error (text over
+/// kMaxConstraintBytes; JSON text that is invalid or nested deeper than
+/// kMaxJsonNesting, checked before it is parsed; bad grammar text).
 std::string ConstraintGrammarText(const ConstraintSpec& spec);
 
 /// The vocabulary of `tokenizer` for constrained decoding: token i's bytes
@@ -46,7 +48,8 @@ class GrammarCache {
   GrammarCache(std::shared_ptr<const TokenVocabulary> vocab, size_t capacity = 64);
 
   /// The compiled grammar for `spec`. Throws as ConstraintGrammarText, or
-  /// tq::Error for bad grammar text.
+  /// tq::Error for bad grammar text or a grammar over the compile budget
+  /// (grammar.h; the work of one compile is bounded by it).
   std::shared_ptr<const CompiledGrammar> Get(const ConstraintSpec& spec);
   const TokenVocabulary& vocab() const { return *vocab_; }
   size_t size() const;

@@ -5,27 +5,42 @@
 
 namespace tq::structured {
 
-void ExpandStack(const Grammar& g, Stack stack, std::vector<Stack>* out) {
-  while (!stack.empty()) {
-    const int32_t p = stack.back();
-    const Grammar::Element& e = g.elements[static_cast<size_t>(p)];
-    if (e.kind == Grammar::Kind::kBytes) break;
-    stack.pop_back();
-    if (e.kind == Grammar::Kind::kEnd) continue;  // the frame is done: back to the parent
-    // kRef: the frame continues after the reference (nothing to keep when the
-    // reference ends its alternative: a tail call), the rule's alternatives go on top.
-    if (g.elements[static_cast<size_t>(p) + 1].kind != Grammar::Kind::kEnd) {
-      stack.push_back(p + 1);
+bool ExpandStack(const Grammar& g, Stack stack, std::vector<Stack>* out, size_t* budget) {
+  // Pending stacks (other alternatives of references met on the way),
+  // expanded depth first in the order the recursive form would.
+  std::vector<Stack> pending;
+  pending.push_back(std::move(stack));
+  while (!pending.empty()) {
+    Stack s = std::move(pending.back());
+    pending.pop_back();
+    bool dead = false;
+    while (!s.empty()) {
+      const int32_t p = s.back();
+      const Grammar::Element& e = g.elements[static_cast<size_t>(p)];
+      if (e.kind == Grammar::Kind::kBytes) break;
+      s.pop_back();
+      if (e.kind == Grammar::Kind::kEnd) continue;  // the frame is done: back to the parent
+      if (*budget == 0) return false;
+      --*budget;
+      // kRef: the frame continues after the reference (nothing to keep when
+      // the reference ends its alternative: a tail call), the rule's
+      // alternatives go on top.
+      if (g.elements[static_cast<size_t>(p) + 1].kind != Grammar::Kind::kEnd) s.push_back(p + 1);
+      const std::vector<int32_t>& alts = g.rules[static_cast<size_t>(e.arg)];
+      if (alts.empty()) {  // a rule with no alternative matches nothing (never built)
+        dead = true;
+        break;
+      }
+      for (size_t i = alts.size() - 1; i >= 1; --i) {  // popped in order: alts[1] first
+        Stack copy = s;
+        copy.push_back(alts[i]);
+        pending.push_back(std::move(copy));
+      }
+      s.push_back(alts.front());
     }
-    const std::vector<int32_t>& alts = g.rules[static_cast<size_t>(e.arg)];
-    for (size_t i = 0; i + 1 < alts.size(); ++i) {
-      Stack copy = stack;
-      copy.push_back(alts[i]);
-      ExpandStack(g, std::move(copy), out);
-    }
-    stack.push_back(alts.back());
+    if (!dead) out->push_back(std::move(s));
   }
-  out->push_back(std::move(stack));
+  return true;
 }
 
 void Canonicalize(std::vector<Stack>* stacks) {
@@ -34,9 +49,11 @@ void Canonicalize(std::vector<Stack>* stacks) {
   if (stacks->size() > kMaxStacks) stacks->resize(kMaxStacks);
 }
 
-void AdvanceStacks(const Grammar& g, const std::vector<Stack>& in, uint8_t byte,
+bool AdvanceStacks(const Grammar& g, const std::vector<Stack>& in, uint8_t byte,
                    std::vector<Stack>* out) {
   out->clear();
+  size_t budget = kMaxExpandSteps;
+  bool complete = true;
   for (const Stack& s : in) {
     if (s.empty()) continue;
     const int32_t top = s.back();
@@ -46,16 +63,31 @@ void AdvanceStacks(const Grammar& g, const std::vector<Stack>& in, uint8_t byte,
     }
     Stack next = s;
     next.back() = top + 1;
-    ExpandStack(g, std::move(next), out);
+    if (!ExpandStack(g, std::move(next), out, &budget)) {
+      complete = false;
+      break;
+    }
   }
   Canonicalize(out);
+  return complete;
+}
+
+bool StartStacks(const Grammar& g, std::vector<Stack>* out) {
+  out->clear();
+  size_t budget = kMaxExpandSteps;
+  bool complete = true;
+  for (int32_t alt : g.rules[static_cast<size_t>(g.root)]) {
+    if (!ExpandStack(g, Stack{alt}, out, &budget)) {
+      complete = false;
+      break;
+    }
+  }
+  Canonicalize(out);
+  return complete;
 }
 
 ByteMatcher::ByteMatcher(const Grammar* grammar) : grammar_(grammar) {
-  for (int32_t alt : grammar->rules[static_cast<size_t>(grammar->root)]) {
-    ExpandStack(*grammar, Stack{alt}, &stacks_);
-  }
-  Canonicalize(&stacks_);
+  StartStacks(*grammar, &stacks_);
 }
 
 ByteMatcher::ByteMatcher(const Grammar* grammar, std::vector<Stack> stacks)

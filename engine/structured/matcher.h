@@ -25,7 +25,8 @@ inline constexpr size_t kMaxStacks = 256;
 class ByteMatcher {
  public:
   explicit ByteMatcher(const Grammar* grammar);
-  /// A matcher whose stacks are `stacks` (normalized: tops are kBytes or empty).
+  /// A matcher whose stacks are `stacks` (normalized: tops are kBytes or
+  /// empty), e.g. CompiledGrammar's precomputed start.
   ByteMatcher(const Grammar* grammar, std::vector<Stack> stacks);
 
   /// Consumes one byte; false (state unchanged) when no stack accepts it.
@@ -46,17 +47,33 @@ class ByteMatcher {
   std::vector<Stack> scratch_;
 };
 
+/// At most this many stacks are expanded (rule references followed) per
+/// ExpandStack call and per AdvanceStacks call, which bounds the work and
+/// memory of one step whatever the grammar (an ambiguous one has
+/// exponentially many derivation paths). Beyond it the expansion stops:
+/// every stack found is still valid (sound, possibly incomplete, as
+/// kMaxStacks). Compiled grammars are checked against kMaxExpansionPaths
+/// (grammar.h), so their start state stays within it.
+inline constexpr size_t kMaxExpandSteps = 16384;
+
 /// Pushes every normalization of `stack` (refs expanded, finished frames
 /// popped) to `out`: stacks whose top is a kBytes position, or the empty
-/// stack when the grammar can end there.
-void ExpandStack(const Grammar& g, Stack stack, std::vector<Stack>* out);
+/// stack when the grammar can end there. Iterative. Expands at most `*budget`
+/// references (decremented); returns false when it stopped there.
+bool ExpandStack(const Grammar& g, Stack stack, std::vector<Stack>* out, size_t* budget);
 
 /// Sorts and deduplicates `stacks`, keeping at most kMaxStacks.
 void Canonicalize(std::vector<Stack>* stacks);
 
 /// For every stack of `in` whose top accepts `byte`: the stack advanced past
-/// it and normalized, into `out` (cleared first, then canonicalized).
-void AdvanceStacks(const Grammar& g, const std::vector<Stack>& in, uint8_t byte,
+/// it and normalized, into `out` (cleared first, then canonicalized); at most
+/// kMaxExpandSteps expansions in all. Returns false when it stopped there.
+bool AdvanceStacks(const Grammar& g, const std::vector<Stack>& in, uint8_t byte,
                    std::vector<Stack>* out);
+
+/// The normalized stacks of the grammar's start (root's alternatives
+/// expanded, canonicalized). Returns false when the expansion stopped at
+/// kMaxExpandSteps (the stacks are then a valid subset).
+bool StartStacks(const Grammar& g, std::vector<Stack>* out);
 
 }  // namespace tq::structured

@@ -64,7 +64,12 @@ TokenVocabulary::TokenVocabulary(std::vector<std::string> token_bytes, std::vect
 }
 
 CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocab)
-    : grammar_(std::move(grammar)), vocab_(std::move(vocab)) {}
+    : grammar_(std::move(grammar)), vocab_(std::move(vocab)) {
+  if (!StartStacks(grammar_, &start_)) {
+    throw Error("grammar: over the compile budget: the start state expands more than " +
+                std::to_string(kMaxExpandSteps) + " rule references (kMaxExpandSteps)");
+  }
+}
 
 std::string StateKey(const std::vector<Stack>& stacks) {
   std::string key;
@@ -82,6 +87,7 @@ int32_t CompiledGrammar::WalkStates::Intern(std::vector<Stack> set) {
   if (it != index.end()) return it->second;
   const auto id = static_cast<int32_t>(sets.size());
   can_end.push_back(!set.empty() && set.front().empty() ? 1 : 0);
+  bytes += 2 * key.size() + set.size() * sizeof(Stack) + 64;
   sets.push_back(std::move(set));
   index.emplace(std::move(key), id);
   if (static_cast<size_t>(id) < kDense) dense.resize(dense.size() + 256, kUnknown);
@@ -115,7 +121,10 @@ CompiledGrammar::SuffixEntry CompiledGrammar::Build(const Stack& suffix, bool wh
   const std::vector<TokenVocabulary::Node>& nodes = v.nodes();
   const std::vector<int32_t>& sorted = v.sorted();
   std::lock_guard<std::mutex> lock(build_mu_);
-  if (walk_.sets.size() > kMaxWalkStates) walk_ = WalkStates{};
+  const auto over = [this] {
+    return walk_.sets.size() > kMaxWalkStates || walk_.bytes > kMaxWalkBytes;
+  };
+  if (over()) walk_ = WalkStates{};
   std::vector<int32_t> ids(1, walk_.Intern(std::vector<Stack>{suffix}));
   std::vector<uint8_t> exited(1, 0);
   std::vector<int32_t> accepted, uncertain;
@@ -125,6 +134,12 @@ CompiledGrammar::SuffixEntry CompiledGrammar::Build(const Stack& suffix, bool wh
     if (ids.size() <= d) {
       ids.resize(d + 1);
       exited.resize(d + 1);
+    }
+    if (over()) {  // the memo outgrew its bound mid-walk: keep only the current path's states
+      std::vector<std::vector<Stack>> path;
+      for (size_t k = 0; k < d; ++k) path.push_back(walk_.sets[static_cast<size_t>(ids[k])]);
+      walk_ = WalkStates{};
+      for (size_t k = 0; k < d; ++k) ids[k] = walk_.Intern(std::move(path[k]));
     }
     const int32_t parent = ids[d - 1];
     exited[d] = exited[d - 1] | walk_.can_end[static_cast<size_t>(parent)];
@@ -143,16 +158,6 @@ CompiledGrammar::SuffixEntry CompiledGrammar::Build(const Stack& suffix, bool wh
   }
   SuffixEntry c;
   // Preorder visits tokens in sorted (byte) order: k ascends.
-  c.uncertain_lcp.reserve(uncertain.size());
-  for (size_t u = 0; u < uncertain.size(); ++u) {
-    size_t lcp = 0;
-    if (u > 0) {
-      const std::string& a = v.bytes(sorted[uncertain[u - 1]]);
-      const std::string& b = v.bytes(sorted[uncertain[u]]);
-      while (lcp < a.size() && lcp < b.size() && a[lcp] == b[lcp]) ++lcp;
-    }
-    c.uncertain_lcp.push_back(static_cast<uint16_t>(std::min<size_t>(lcp, 0xffff)));
-  }
   c.uncertain = std::move(uncertain);
   const size_t byte_tokens = sorted.size();
   const size_t list_limit = v.mask_words() * 2;  // a list beats a bitset below this
@@ -219,7 +224,7 @@ std::shared_ptr<const CompiledGrammar::SuffixEntry> CompiledGrammar::Suffix(
   std::lock_guard<std::mutex> lock(mu_);
   const size_t bytes = key.size() + entry->list.size() * sizeof(int32_t) +
                        entry->bits.size() * sizeof(uint64_t) +
-                       entry->uncertain.size() * (sizeof(int32_t) + sizeof(uint16_t));
+                       entry->uncertain.size() * sizeof(int32_t);
   if (suffix_bytes_ + bytes <= kSuffixCacheBytes &&
       suffixes_.emplace(std::move(key), entry).second) {
     suffix_bytes_ += bytes;
@@ -265,9 +270,9 @@ size_t CompiledGrammar::num_uncertain() const {
 }
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar)
-    : grammar_(std::move(grammar)), matcher_(&grammar_->grammar()) {}
+    : grammar_(std::move(grammar)), matcher_(&grammar_->grammar(), grammar_->start_stacks()) {}
 
-void GrammarMatcher::CheckUncertain(const CompiledGrammar::SuffixEntry& e,
+void GrammarMatcher::CheckUncertain(const std::vector<int32_t>& uncertain,
                                     std::span<uint64_t> mask) {
   const TokenVocabulary& v = grammar_->vocab();
   const Grammar& g = grammar_->grammar();
@@ -275,13 +280,18 @@ void GrammarMatcher::CheckUncertain(const CompiledGrammar::SuffixEntry& e,
   if (walk_.empty()) walk_.resize(1);
   walk_[0] = matcher_.stacks();
   constexpr size_t kNone = ~size_t{0};
-  size_t valid = 0;     // walk_[0..valid] hold the states of the previous token's prefixes
-  size_t dead = kNone;  // the previous token's shortest rejected prefix length
-  for (size_t u = 0; u < e.uncertain.size(); ++u) {
-    const size_t lcp = u == 0 ? 0 : e.uncertain_lcp[u];
-    if (dead != kNone && lcp >= dead) continue;  // extends a rejected prefix
-    const int32_t t = sorted[static_cast<size_t>(e.uncertain[u])];
+  const std::string* prev = nullptr;  // the last token walked
+  size_t valid = 0;                   // walk_[0..valid] hold the states of its prefixes
+  size_t dead = kNone;                // its shortest rejected prefix length
+  for (const int32_t k : uncertain) {
+    const int32_t t = sorted[static_cast<size_t>(k)];
+    if (GetBit(mask, t)) continue;  // accepted by another stack's entry
     const std::string& b = v.bytes(t);
+    size_t lcp = 0;
+    if (prev != nullptr) {
+      while (lcp < prev->size() && lcp < b.size() && (*prev)[lcp] == b[lcp]) ++lcp;
+    }
+    if (dead != kNone && lcp >= dead) continue;  // extends a rejected prefix
     if (walk_.size() < b.size() + 1) walk_.resize(b.size() + 1);
     size_t d = std::min(valid, lcp);
     dead = kNone;
@@ -293,6 +303,7 @@ void GrammarMatcher::CheckUncertain(const CompiledGrammar::SuffixEntry& e,
       }
     }
     valid = dead == kNone ? b.size() : dead;
+    prev = &b;
     if (dead == kNone) SetBit(mask, t);
   }
 }
@@ -318,7 +329,16 @@ void GrammarMatcher::FillMask(std::vector<uint64_t>* mask) {
       e->OrAccepted(v, m);
       entries.push_back(std::move(e));
     }
-    for (const auto& e : entries) CheckUncertain(*e, m);
+    // One walk over the uncertain tokens of all entries (in byte order, each
+    // once): the whole state decides them, whichever stack's entry named them.
+    std::vector<int32_t> uncertain;
+    for (const auto& e : entries)
+      uncertain.insert(uncertain.end(), e->uncertain.begin(), e->uncertain.end());
+    if (entries.size() > 1) {
+      std::sort(uncertain.begin(), uncertain.end());
+      uncertain.erase(std::unique(uncertain.begin(), uncertain.end()), uncertain.end());
+    }
+    CheckUncertain(uncertain, m);
   }
   const bool any = std::any_of(mask->begin(), mask->end(), [](uint64_t w) { return w != 0; });
   if (ended_ || matcher_.CanEnd() || !any) {

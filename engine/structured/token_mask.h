@@ -66,15 +66,15 @@ inline constexpr size_t kSuffixDepth = 3;
 ///  - per stack suffix (the top kSuffixDepth positions): the tokens the suffix
 ///    accepts without running past its bottom (valid whatever lies below it),
 ///    found by one trie walk that cuts a subtree at the first rejected byte,
-///    and the "uncertain" tokens that run past it, in trie (byte) order with
-///    their common-prefix lengths, left to a walk against the whole state;
+///    and the "uncertain" tokens that run past it, in trie (byte) order, left
+///    to one walk (over all the state's entries at once) against the whole state;
 ///  - per whole matcher state (all stacks): the finished mask.
 /// The grammar and vocabulary are immutable; the caches are guarded by a
 /// mutex, so one CompiledGrammar may serve any number of sequences and
 /// threads. Memory per grammar: at most kSuffixCacheBytes of suffix entries
 /// and kStateCacheBytes of whole-state masks (a miss beyond either is
-/// computed and not kept), plus the walk memo (kMaxWalkStates states, the
-/// first kDense with a 1 KiB transition table).
+/// computed and not kept), plus the walk memo (kMaxWalkStates states or
+/// kMaxWalkBytes, the first kDense with a 1 KiB transition table).
 class CompiledGrammar {
  public:
   /// The context-independent part of one stack suffix.
@@ -83,17 +83,21 @@ class CompiledGrammar {
     std::vector<int32_t> list;       // kList: accepted ids; kComplement: byte tokens not accepted
     std::vector<uint64_t> bits;      // kBitset: accepted
     std::vector<int32_t> uncertain;  // indices into vocab().sorted(), ascending
-    std::vector<uint16_t> uncertain_lcp;  // common prefix with the previous uncertain token
     /// ORs the accepted tokens into `mask`.
     void OrAccepted(const TokenVocabulary& vocab, std::span<uint64_t> mask) const;
   };
   static constexpr size_t kSuffixCacheBytes = size_t{32} << 20;
   static constexpr size_t kStateCacheBytes = size_t{16} << 20;
 
-  /// Cheap (no vocabulary walk here): the caches fill as sequences decode.
+  /// No vocabulary walk here (the caches fill as sequences decode); the
+  /// start state is expanded once, here, on the compiling thread, so that a
+  /// GrammarMatcher (engine thread) only copies it. Throws tq::Error ("over
+  /// the compile budget") when that expansion passes kMaxExpandSteps.
   CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocab);
 
   const Grammar& grammar() const { return grammar_; }
+  /// The matcher's stacks before any byte (see StartStacks).
+  const std::vector<Stack>& start_stacks() const { return start_; }
   const TokenVocabulary& vocab() const { return *vocab_; }
 
   /// The entry for the top kSuffixDepth positions of `stack` (non-empty),
@@ -126,10 +130,12 @@ class CompiledGrammar {
     std::vector<int32_t> dense;                    // [id * 256 + byte] for id < kDense
     std::unordered_map<uint64_t, int32_t> sparse;  // (id << 8 | byte) beyond
     std::vector<Stack> scratch;
+    size_t bytes = 0;  // held by sets and index (approximately)
     int32_t Intern(std::vector<Stack> set);
     int32_t Next(const Grammar& g, int32_t id, uint8_t byte);
   };
   static constexpr size_t kMaxWalkStates = 1 << 16;
+  static constexpr size_t kMaxWalkBytes = size_t{64} << 20;
 
   SuffixEntry Build(const Stack& suffix, bool whole) const;
 
@@ -137,6 +143,7 @@ class CompiledGrammar {
   mutable WalkStates walk_;
 
   Grammar grammar_;
+  std::vector<Stack> start_;
   std::shared_ptr<const TokenVocabulary> vocab_;
   mutable std::mutex mu_;
   mutable std::unordered_map<std::string, std::shared_ptr<const SuffixEntry>> suffixes_;
@@ -166,10 +173,11 @@ class GrammarMatcher {
   const CompiledGrammar& compiled() const { return *grammar_; }
 
  private:
-  // Sets the bits of the uncertain tokens of `e` that the whole state accepts:
-  // a walk over them in byte order, reusing the states of the common prefix
-  // and skipping every token that extends a rejected prefix.
-  void CheckUncertain(const CompiledGrammar::SuffixEntry& e, std::span<uint64_t> mask);
+  // Sets the bits of the `uncertain` tokens (indices into vocab().sorted(),
+  // ascending) that the whole state accepts: a walk over them in byte order,
+  // reusing the states of the common prefix and skipping every token already
+  // set or that extends a rejected prefix.
+  void CheckUncertain(const std::vector<int32_t>& uncertain, std::span<uint64_t> mask);
 
   std::shared_ptr<const CompiledGrammar> grammar_;
   ByteMatcher matcher_;

@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/common/error.h"
+#include "engine/common/json_limits.h"
+#include "engine/structured/grammar.h"
 #include "engine/structured/json_schema.h"
 #include "server/grpc/grpc_status.h"
 
@@ -147,7 +149,13 @@ void ReadStructuredOutput(const tqserve::v1::GenerateRequest& request,
   switch (so.kind_case()) {
     case Out::kJsonSchema: {
       field += "json_schema";
-      const auto schema = nlohmann::json::parse(so.json_schema(), nullptr, false);
+      nlohmann::json schema;
+      try {
+        schema = ParseJsonBounded<nlohmann::json>(so.json_schema(), field,
+                                                  structured::kMaxConstraintBytes);
+      } catch (const JsonLimitError& e) {
+        throw InvalidArgument(field, e.problem());
+      }
       if (!schema.is_object() && !schema.is_boolean()) {
         throw InvalidArgument(field, "must be a JSON Schema object as JSON text");
       }

@@ -71,8 +71,8 @@ nlohmann::ordered_json ParseToolCallsField(const json& message, const std::strin
     const json* args = FindField(*fn, "arguments");
     nlohmann::ordered_json arguments = nlohmann::ordered_json::object();
     if (args != nullptr && args->is_string()) {
-      arguments = nlohmann::ordered_json::parse(args->get<std::string>(), nullptr,
-                                                /*allow_exceptions=*/false);
+      arguments = ParseEmbeddedJson<nlohmann::ordered_json>(args->get<std::string>(), aparam,
+                                                            kMaxJsonTextBytes);
       if (!arguments.is_object()) Fail("'" + aparam + "' must be JSON text of an object", aparam);
     } else if (args != nullptr && args->is_object()) {
       arguments = nlohmann::ordered_json(*args);

@@ -90,10 +90,7 @@ std::string JsonTypeName(const json& value) {
 }
 
 int64_t JsonNestingDepth(std::string_view text) {
-  // Scanned on past each value that closes (the brackets' depth back at 0).
-  JsonBracketScan scan;
-  for (size_t at = 0; at < text.size();) at = scan.Run(text, at);
-  return scan.deepest;
+  return tq::JsonTextDepth(text);
 }
 
 const json* FindField(const json& obj, std::string_view name) {

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/common/json_limits.h"
+
 namespace tq::http {
 
 /// Every getter below reads member `name` of `obj` (a JSON object) and treats
@@ -48,10 +50,26 @@ std::vector<int32_t> GetIntList(const nlohmann::json& obj, std::string_view name
 int32_t ToInt32(const nlohmann::json& value, int32_t min, int32_t max, const std::string& param);
 
 /// The deepest nesting of arrays and objects in JSON text (brackets inside
-/// strings do not count); for rejecting absurd bodies before parsing.
+/// strings do not count); for rejecting absurd bodies before parsing
+/// (tq::JsonTextDepth).
 int64_t JsonNestingDepth(std::string_view text);
 /// Deeper request bodies are refused (no OpenAI request nests beyond ~6).
-inline constexpr int64_t kMaxJsonDepth = 64;
+inline constexpr int64_t kMaxJsonDepth = tq::kMaxJsonNesting;
+
+/// JSON text inside a string field `param` (a schema as text, tool-call
+/// arguments): checked against the nesting bound (kMaxJsonDepth) and
+/// `max_bytes` before it is parsed, so no value too deep for the recursive
+/// code that copies, prints or compiles it is built; over a bound, a 400
+/// naming `param` and the limit. A syntax error gives a discarded value.
+/// `Json`: nlohmann::json or nlohmann::ordered_json.
+template <class Json>
+Json ParseEmbeddedJson(std::string_view text, std::string_view param, size_t max_bytes) {
+  try {
+    return tq::ParseJsonBounded<Json>(text, param, max_bytes, kMaxJsonDepth);
+  } catch (const tq::JsonLimitError& e) {
+    Fail(e.what(), param);
+  }
+}
 
 /// JSON type name for error messages ("string", "array", "integer", ...).
 std::string JsonTypeName(const nlohmann::json& value);

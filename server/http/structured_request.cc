@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "engine/common/error.h"
+#include "engine/structured/grammar.h"
 #include "engine/structured/json_schema.h"
 #include "server/http/json_fields.h"
 #include "server/http/openai_errors.h"
@@ -18,7 +19,8 @@ using Kind = structured::ConstraintSpec::Kind;
 std::string SchemaText(const json& v, const std::string& param) {
   if (v.is_object() || v.is_boolean()) return v.dump();
   if (v.is_string()) {
-    const json parsed = json::parse(v.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+    const json parsed =
+        ParseEmbeddedJson<json>(v.get<std::string>(), param, structured::kMaxConstraintBytes);
     if (parsed.is_object() || parsed.is_boolean()) return parsed.dump();
   }
   Fail("'" + param + "' must be a JSON Schema object", param);

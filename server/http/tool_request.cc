@@ -1,6 +1,7 @@
 // Tool-calling request fields and the forced-call grammar (see tool_request.h).
 #include "server/http/tool_request.h"
 
+#include <limits>
 #include <set>
 
 #include "engine/structured/grammar.h"
@@ -157,8 +158,10 @@ nlohmann::ordered_json TemplateTools(std::string_view body_text, const ToolSetti
   }
   // The body parsed again keeping key order: the template prints the tools
   // with tojson, which must show them as the client wrote them.
-  nlohmann::ordered_json body =
-      nlohmann::ordered_json::parse(body_text, nullptr, /*allow_exceptions=*/false);
+  // (ParseJsonBody has checked its nesting; the check is repeated here, as
+  // for every parse of client text, and the size is the body limit's.)
+  nlohmann::ordered_json body = ParseEmbeddedJson<nlohmann::ordered_json>(
+      body_text, "tools", std::numeric_limits<size_t>::max());
   return body.is_object() && body.contains("tools") ? body["tools"] : nlohmann::ordered_json();
 }
 

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "engine/common/json_limits.h"
+
 namespace tq {
 namespace {
 
@@ -76,6 +78,16 @@ size_t JsonValueEnd(std::string_view s, size_t i) {
   return scan.Run(s, i);
 }
 
+// Model output parsed as JSON under the bounds of client JSON text (a model
+// can write "[[[[..." as well as a client can): over them, not JSON.
+ojson ParseOutputJson(std::string_view text) {
+  try {
+    return ParseJsonBounded<ojson>(text, "tool call", kMaxJsonTextBytes);
+  } catch (const JsonLimitError&) {
+    return ojson(ojson::value_t::discarded);
+  }
+}
+
 // {"name": str, "arguments"|"parameters": object | JSON text of an object}.
 std::optional<ParsedToolCall> CallFromJson(const ojson& v) {
   if (!v.is_object()) return std::nullopt;
@@ -89,7 +101,7 @@ std::optional<ParsedToolCall> CallFromJson(const ojson& v) {
   if (args != v.end()) {
     arguments = *args;
     if (arguments.is_string()) {
-      arguments = ojson::parse(args->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+      arguments = ParseOutputJson(args->get<std::string>());
     }
     if (!arguments.is_object()) return std::nullopt;
   }
@@ -97,7 +109,7 @@ std::optional<ParsedToolCall> CallFromJson(const ojson& v) {
 }
 
 std::optional<ParsedToolCall> CallFromText(std::string_view text) {
-  const ojson v = ojson::parse(Trim(text), nullptr, /*allow_exceptions=*/false);
+  const ojson v = ParseOutputJson(Trim(text));
   if (v.is_discarded()) return std::nullopt;
   return CallFromJson(v);
 }
@@ -129,7 +141,7 @@ bool ParseJsonCalls(ToolCallFormat f, std::string_view s, std::vector<ParsedTool
     if (s[i] != '{' && s[i] != '[') return false;
     const size_t end = JsonValueEnd(s, i);
     if (end == std::string_view::npos) return false;
-    const ojson v = ojson::parse(s.substr(i, end - i), nullptr, /*allow_exceptions=*/false);
+    const ojson v = ParseOutputJson(s.substr(i, end - i));
     if (v.is_discarded()) return false;
     if (v.is_array()) {
       if (v.empty()) return false;
@@ -183,7 +195,7 @@ Head ReadHead(std::string_view s, size_t i, std::string* name, size_t* args) {
     if (s[i] == '\\') ++i;
   }
   if (i >= s.size()) return Head::kMore;
-  const ojson v = ojson::parse(s.substr(open, i + 1 - open), nullptr, false);
+  const ojson v = ParseOutputJson(s.substr(open, i + 1 - open));
   if (!v.is_string() || v.get<std::string>().empty()) return Head::kNo;
   *name = v.get<std::string>();
   *args = i + 1;
@@ -212,22 +224,9 @@ Head ReadArgsStart(std::string_view s, size_t i, size_t* args) {
 
 size_t JsonBracketScan::Run(std::string_view s, size_t from) {
   for (size_t i = from; i < s.size(); ++i) {
-    const char c = s[i];
-    if (escape) {
-      escape = false;
-    } else if (in_string) {
-      if (c == '\\') {
-        escape = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      deepest = std::max(deepest, ++depth);
-    } else if ((c == '}' || c == ']') && --depth == 0) {
-      return i + 1;
-    }
+    const int step = JsonBracketStep(s[i], &in_string, &escape);
+    if (step > 0) deepest = std::max(deepest, ++depth);
+    if (step < 0 && --depth == 0) return i + 1;
   }
   return std::string_view::npos;
 }

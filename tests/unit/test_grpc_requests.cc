@@ -497,6 +497,21 @@ TEST_F(GrpcRequests, StructuredOutputCompilesOrNamesTheKeyword) {
         << e.what();
     EXPECT_NE(std::string(e.what()).find("'minimum'"), std::string::npos) << e.what();
   }
+  // Issue 41: JSON text nested 100,000 deep crashed the daemon; it is
+  // refused before it is parsed.
+  std::string deep;
+  for (int i = 0; i < 100000; ++i) deep += "{\"a\":";
+  deep += "1";
+  deep.append(100000, '}');
+  r.mutable_sampling()->mutable_structured_output()->set_json_schema(deep);
+  try {
+    ReadStructuredOutput(r, cache, &p);
+    ADD_FAILURE() << "a schema nested 100000 deep accepted";
+  } catch (const RpcError& e) {
+    EXPECT_EQ(e.code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(std::string(e.what()),
+              "sampling.structured_output.json_schema is nested more than 64 levels deep");
+  }
 }
 
 }  // namespace

@@ -544,5 +544,48 @@ TEST(OpenAiFieldStatus, MessageNamesTheField) {
   }
 }
 
+// Issue 41: JSON text inside a string field nested 100,000 deep crashed the
+// daemon (a recursive copy or dump overflowed the stack). Every such field
+// is a 400 naming it and the bound, checked before the text is parsed.
+TEST(OpenAiJson, JsonTextInsideStringFieldsIsBoundedBeforeParsing) {
+  std::string deep;
+  for (int i = 0; i < 100000; ++i) deep += "{\"a\":";
+  deep += "1";
+  deep.append(100000, '}');
+  const auto check = [](const ApiError& e, const std::string& param) {
+    EXPECT_EQ(e.status, 400) << param;
+    EXPECT_EQ(e.param, param);
+    EXPECT_NE(e.message.find("'" + param + "' is nested more than 64 levels deep"),
+              std::string::npos)
+        << e.message;
+  };
+  json body = Completion("{}");
+  body["guided_json"] = deep;
+  check(ErrorOf([&] { ParseCompletionRequest(body, Ctx()); }), "guided_json");
+  body = Completion("{}");
+  body["structured_outputs"] = {{"json", deep}};
+  check(ErrorOf([&] { ParseCompletionRequest(body, Ctx()); }), "structured_outputs.json");
+  body = Chat("{}");
+  body["structured_outputs"] = {{"json", deep}};
+  check(ErrorOf([&] { ParseChatRequest(body, Ctx()); }), "structured_outputs.json");
+  body = Chat("{}");
+  body["response_format"] = {{"type", "json_schema"},
+                             {"json_schema", {{"name", "x"}, {"schema", deep}}}};
+  check(ErrorOf([&] { ParseChatRequest(body, Ctx()); }), "response_format.json_schema.schema");
+  body = Chat("{}");
+  body["messages"].push_back(
+      {{"role", "assistant"},
+       {"tool_calls", json::array({{{"id", "c1"},
+                                    {"type", "function"},
+                                    {"function", {{"name", "f"}, {"arguments", deep}}}}})}});
+  check(ErrorOf([&] { ParseChatRequest(body, Ctx()); }),
+        "messages[1].tool_calls[0].function.arguments");
+  // 64 levels are accepted (the body's own bound).
+  body = Completion("{}");
+  body["guided_json"] = std::string(63, '[') + "{}" + std::string(63, ']');
+  const ApiError e = ErrorOf([&] { ParseCompletionRequest(body, Ctx()); });
+  EXPECT_EQ(e.message, "'guided_json' must be a JSON Schema object");  // parsed: an array
+}
+
 }  // namespace
 }  // namespace tq::http
