@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include "engine/common/error.h"
@@ -317,7 +319,10 @@ TEST(GrpcLifecycle, ASecondServerOnTheSamePortFails) {
     second.Start();
     ADD_FAILURE() << "a second server started on port " << s.port;
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), "gRPC: cannot listen on 127.0.0.1:" + std::to_string(s.port));
+    // One line with the kernel's reason (strerror(EADDRINUSE)), as for the HTTP port.
+    const std::string port = std::to_string(s.port);
+    EXPECT_EQ(std::string(e.what()), "--grpc-port " + port + ": cannot listen on 127.0.0.1:" +
+                                         port + " (" + std::strerror(EADDRINUSE) + ")");
   }
   EXPECT_EQ(HealthCheck(*s.channel, "").second, 1) << "the first server still answers";
 }

@@ -171,8 +171,8 @@ TEST(GrpcWire, TwoMembersOfAOneofAreRefused) {
   grammar.mutable_sampling()->mutable_structured_output()->set_grammar("root ::= \"a\"");
   // Within one structured_output: refused.
   // sampling (5) { structured_output (14) { regex (3): "a+", grammar (5): "x" } }
-  const std::string two_kinds = std::string("\x2a\x09\x72\x07", 4) + std::string("\x1a\x02a+", 4) +
-                                std::string("\x2a\x01x", 3);
+  const std::string two_kinds = std::string("\x2a\x09\x72\x07", 4) + std::string("\x1a\x02", 2) +
+                                "a+" + std::string("\x2a\x01x", 3);
   ASSERT_TRUE(Parses(g, two_kinds)) << "the hand-made bytes must be a valid encoding";
   EXPECT_NE(ParseError(two_kinds, &g).find("oneof"), std::string::npos);
   // Two sampling fields merge (protobuf's rule for a repeated message field
