@@ -219,6 +219,61 @@ def detokenizer_seeds():
     return seeds
 
 
+def structured_tables(pattern):
+    """The raw-string arguments of the table calls in tests/unit/test_structured.cc."""
+    text = read(os.path.join(ROOT, "tests", "unit", "test_structured.cc"))
+    return [m.group(2) for m in re.finditer(pattern + r'R"(x?)\((.*?)\)\1"', text, re.S)]
+
+
+# Nesting and repetition (issue 41): nested bounded repetitions, repetition
+# of groups that match the empty string, ambiguity, deep groups.
+NESTED_REGEXES = [
+    "((a{0,10}){0,10}){0,10}", "((((a{0,10}){0,10}){0,10}){0,10}){0,10}", "((a{4096}){4096}){4096}",
+    "(a*)*", "(a*)*b", "(a|b*)*", "((a?)?)*", "(|a)+", "(a?){2,}b", "(x(a*)*)*y",
+    "(" * 60 + "a" + ")*" * 60, "(a|a|a|a)+b",
+]
+
+
+def json_schema_seeds():
+    schemas = json.loads(read(os.path.join(ROOT, "tests", "data", "structured_schemas.json")))
+    seeds = [b"\x00" + json.dumps(s.get("schema", s)).encode() for s in schemas["schemas"]]
+    seeds += [b"\x01" + json.dumps(s.get("schema", s)).encode() for s in schemas["unsupported"]]
+    deep = {"type": "string"}
+    for _ in range(40):
+        deep = {"type": "array", "items": deep}
+    seeds.append(b"\x02" + json.dumps(deep).encode())
+    seeds.append(b"\x03" + b'{"a":' * 80 + b"1" + b"}" * 80)
+    for r in NESTED_REGEXES[:4]:
+        seeds.append(b"\x04" + json.dumps({"type": "string", "pattern": r}).encode())
+    seeds.append(b"\x05" + json.dumps({"type": "array", "items": {"anyOf": [
+        {"type": "array", "maxItems": 10, "items": {"type": "string", "maxLength": 10}},
+        {"$ref": "#"}]}, "maxItems": 10}).encode())
+    return seeds
+
+
+def regex_seeds():
+    oracle = json.loads(read(os.path.join(ROOT, "tests", "data", "regex_oracle.json")))
+    regexes = [c["pattern"] for c in oracle] + NESTED_REGEXES
+    regexes += [r"\d{3}-\d{4}", r"^(cat|dog)s?$", r"[^0-9]+", r"\w+@\w+\.com", r"(?:ab)+?c",
+                r"[\d.]+|x{2,}", r"\(\)\[\]", r"(?P<y>\d{4})-(0[1-9]|1[0-2])", "\u00e9+[\x00-\x1f]"]
+    return [bytes([i % 2]) + r.encode() for i, r in enumerate(regexes)]
+
+
+def grammar_seeds():
+    grammars = structured_tables(r"CheckTable\(")
+    grammars += [
+        'root ::= ("a"*)* "b"',
+        'root ::= x*\nx ::= "a"? "b"?',
+        'root ::= ((((\"a\"{0,10}){0,10}){0,10}){0,10}){0,10}',
+        'root ::= x0\n' + "".join("x%d ::= x%d x%d\n" % (i, i + 1, i + 1) for i in range(20))
+        + 'x20 ::= "" | "" | "a"\n',
+        'root ::= "(" root ")" | ""',
+        'root ::= ' + "(" * 150 + '"a"' + ")" * 150,
+        'root ::= [\\u0000-\\U0010FFFF]{0,64} "x"{2,4}',
+    ]
+    return [b"\x00" + g.encode() for g in grammars]
+
+
 def main():
     write_seeds("completion_request", completion_seeds())
     write_seeds("chat_request", chat_seeds())
@@ -229,6 +284,9 @@ def main():
     write_seeds("grpc_request", grpc_seeds())
     write_seeds("sentencepiece", text_seeds())
     write_seeds("detokenizer", detokenizer_seeds())
+    write_seeds("json_schema", json_schema_seeds())
+    write_seeds("regex", regex_seeds())
+    write_seeds("grammar", grammar_seeds())
     tok = glob.glob(os.path.join(CORPUS, "tokenizer_json", "*"))
     print("seeds written; tokenizer_json has %d files (make_seed_tokenizers.py)" % len(tok))
 

@@ -24,11 +24,11 @@ FUZZ_NICE="${FUZZ_NICE:-10}"
 ALL_TARGETS=(
   completion_request:4096 chat_request:4096 chat_template:16384 grpc_request:1024
   safetensors:4096 model_config:4096 quant_config:2048 sentencepiece:1024
-  tokenizer_json:16384 detokenizer:1024
+  tokenizer_json:16384 detokenizer:1024 json_schema:4096 regex:1024 grammar:4096
 )
 declare -A MAX_LEN DICT
 for t in "${ALL_TARGETS[@]}"; do MAX_LEN[${t%%:*}]=${t##*:}; done
-for t in completion_request chat_request model_config quant_config safetensors tokenizer_json; do
+for t in completion_request chat_request model_config quant_config safetensors tokenizer_json json_schema; do
   DICT[$t]=tests/fuzz/json.dict
 done
 DICT[chat_template]=tests/fuzz/jinja.dict
