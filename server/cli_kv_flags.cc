@@ -63,6 +63,9 @@ void AddKvCacheFlags(CLI::App* cmd, EngineOptions* engine, std::string* kv_cache
                   "on CUDA device r, or CPU backends that split the CPU threads; "
                   "docs/parallelism.md)",
                   1, 64);
+  cmd->add_flag("--enable-expert-parallel", engine->enable_expert_parallel,
+                "MoE models: place whole experts on the tensor-parallel ranks (num_experts / N "
+                "each, partial outputs all-reduced) instead of splitting every expert's width");
 }
 
 size_t ParseByteCount(const std::string& flag, const std::string& text, double max) {

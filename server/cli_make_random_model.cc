@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <vector>
 
 #include "engine/common/error.h"
 #include "engine/model/random_model.h"
@@ -19,6 +20,10 @@ struct MakeRandomModelOptions {
   std::string out;
   std::string preset;
   std::optional<int32_t> hidden, inter, layers, heads, kv_heads, head_dim, vocab;
+  std::optional<int32_t> experts, experts_per_tok, moe_inter, shared_inter;  // MoE presets
+  std::optional<int32_t> sparse_step;
+  std::vector<int32_t> mlp_only_layers;
+  bool fused_experts = false;
   std::string dtype = "fp16";
   uint64_t seed = 0;
   uint64_t max_shard_bytes = 4ull << 30;
@@ -26,18 +31,6 @@ struct MakeRandomModelOptions {
   std::string tokenizer_json;
   std::string chat_template;  // a file of Jinja source
 };
-
-// Parameter count of a Llama model with this config.
-uint64_t NumParams(const ModelConfig& c) {
-  const uint64_t h = c.hidden_size, q = uint64_t(c.num_attention_heads) * c.head_dim;
-  const uint64_t kv = uint64_t(c.num_key_value_heads) * c.head_dim;
-  const uint64_t layer = 2 * h + h * q + 2 * kv * h + q * h + 3 * uint64_t(c.intermediate_size) * h;
-  uint64_t vectors = 0;  // biases, q/k norms
-  for (const LayerVectorTensor& v : LayerVectorTensors(c)) vectors += static_cast<uint64_t>(v.size);
-  const uint64_t embed = uint64_t(c.vocab_size) * h;
-  return embed * (c.tie_word_embeddings ? 1 : 2) +
-         uint64_t(c.num_hidden_layers) * (layer + vectors) + h;
-}
 
 void Run(const MakeRandomModelOptions& o) {
   ModelConfig c;
@@ -78,8 +71,40 @@ void Run(const MakeRandomModelOptions& o) {
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
 
+  if (o.experts || o.experts_per_tok || o.moe_inter || o.shared_inter || o.fused_experts ||
+      o.sparse_step || !o.mlp_only_layers.empty()) {
+    if (!c.moe.enabled()) {
+      throw Error(
+          "--num-experts, --num-experts-per-tok, --moe-intermediate-size, "
+          "--shared-expert-intermediate-size, --decoder-sparse-step, --mlp-only-layers and "
+          "--fused-experts need a mixture-of-experts --preset");
+    }
+    if ((o.sparse_step || !o.mlp_only_layers.empty()) && c.architecture == "MixtralForCausalLM") {
+      throw Error("--decoder-sparse-step and --mlp-only-layers: Mixtral has no dense layers");
+    }
+    if (o.sparse_step) c.moe.decoder_sparse_step = *o.sparse_step;
+    if (!o.mlp_only_layers.empty()) c.moe.mlp_only_layers = o.mlp_only_layers;
+    if (o.experts) c.moe.num_experts = *o.experts;
+    if (o.experts_per_tok) c.moe.num_experts_per_tok = *o.experts_per_tok;
+    if (o.moe_inter) c.moe.moe_intermediate_size = *o.moe_inter;
+    if (o.shared_inter) {
+      if (c.moe.shared_expert_intermediate_size == 0) {
+        throw Error("--shared-expert-intermediate-size: the preset has no shared expert");
+      }
+      c.moe.shared_expert_intermediate_size = *o.shared_inter;
+    }
+    // Mixtral's experts are intermediate_size wide (no moe_intermediate_size).
+    if (c.architecture == "MixtralForCausalLM") {
+      if (o.moe_inter) c.intermediate_size = *o.moe_inter;
+      c.moe.moe_intermediate_size = c.intermediate_size;
+    }
+  } else if (c.architecture == "MixtralForCausalLM") {
+    c.moe.moe_intermediate_size = c.intermediate_size;
+  }
+
   RandomModelSpec spec;
   spec.config = c;
+  spec.fused_experts = o.fused_experts;
   spec.tokenizer_json = o.tokenizer_json;
   if (!o.chat_template.empty()) {
     std::ifstream in(o.chat_template, std::ios::binary);
@@ -134,6 +159,25 @@ void AddMakeRandomModelCommand(CLI::App& app) {
   cmd->add_option("--head-dim", opts->head_dim, "Head dimension; default hidden/heads")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--vocab-size", opts->vocab, "Vocabulary size")->check(CLI::PositiveNumber);
+  cmd->add_option("--num-experts", opts->experts, "MoE presets: experts per sparse layer")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--num-experts-per-tok", opts->experts_per_tok, "MoE presets: top-k")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--moe-intermediate-size", opts->moe_inter,
+                  "MoE presets: each expert's MLP size (Mixtral: intermediate_size)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--shared-expert-intermediate-size", opts->shared_inter,
+                  "Qwen1.5-MoE preset: the shared expert's MLP size")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--decoder-sparse-step", opts->sparse_step,
+                  "Qwen MoE presets: every N-th layer is sparse (the others dense)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--mlp-only-layers", opts->mlp_only_layers,
+                  "Qwen MoE presets: layer indices that run a dense MLP")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--fused-experts", opts->fused_experts,
+                "MoE presets: write experts as fused 3-D tensors (experts.gate_up_proj "
+                "[E, 2I, H], experts.down_proj [E, H, I]) instead of 2-D ones per expert");
   cmd->add_option("--dtype", opts->dtype,
                   "Weight dtype: fp16, bf16 or fp32 (f16/f32 also accepted)")
       ->capture_default_str();

@@ -1,9 +1,11 @@
 #include "engine/model/llama_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
+#include "engine/common/error.h"
 #include "engine/model/decode_graphs.h"
 #include "engine/parallel/communicator.h"
 
@@ -45,7 +47,14 @@ LlamaModel::LlamaModel(const ModelConfig& config, LlamaWeights weights, kernels:
     : config_(config),
       weights_(std::move(weights)),
       backend_(backend),
-      plan_(plan.world_size > 1 || plan.comm ? plan : MakeTpPlan(config, 0, 1)) {
+      plan_(plan.world_size > 1 || plan.comm ? plan : MakeTpPlan(config, 0, 1)),
+      moe_(backend) {
+  if (config_.moe.enabled() && backend_->Capabilities().device_memory) {
+    throw Error(config_.architecture +
+                ": mixture-of-experts layers run on the CPU backend only in "
+                "this version (the " +
+                std::string(backend_->Name()) + " MoE path is issue 42 item 6); use --device cpu");
+  }
   // A communicator at world_size 1 is kept (TP=1 through NCCL in tests).
   if ((plan_.world_size > 1 || plan_.comm) &&
       (plan_.comm == nullptr || plan_.comm->world_size() != plan_.world_size ||
@@ -103,6 +112,7 @@ void LlamaModel::EnsureWorkspace(int32_t num_tokens, int32_t num_logits) {
     attn_ = alloc(n * p.num_heads * c.head_dim);
     gate_ = alloc(n * p.intermediate);
     up_ = alloc(n * p.intermediate);
+    if (c.moe.enabled()) moe_out_ = alloc(n * c.hidden_size);
     capacity_tokens_ = num_tokens;
     ++workspace_epoch_;
   }
@@ -209,7 +219,11 @@ void LlamaModel::ForwardOps(const StepInputs& in, const std::vector<int32_t>& lo
     Attention(layer, in, cache);
     backend_->RmsNorm({hidden_.as<float>(), w.post_attention_layernorm.as<float>(),
                        normed_.as<float>(), n, c.hidden_size, static_cast<float>(c.rms_norm_eps)});
-    Mlp(layer, n);
+    if (w.moe.empty()) {
+      Mlp(layer, n);
+    } else {
+      SparseMoe(layer, n);
+    }
   }
 
   // Final norm and lm_head only for the rows whose logits are wanted: one
@@ -292,6 +306,25 @@ void LlamaModel::Mlp(int32_t layer, int32_t n) {
   // Residual as in Attention (rank 0 accumulates, the all-reduce sums).
   backend_->MatMul(
       {gate_.as<float>(), w.down_proj.View(), hidden_.as<float>(), n, plan_.rank == 0});
+  AllReduceHidden(n);
+}
+
+void LlamaModel::SparseMoe(int32_t layer, int32_t n) {
+  const ModelConfig& c = config_;
+  const float* x = normed_.as<float>();
+  ObserveLinearInput(layer, LinearInput::kMlpIn, x, n, c.hidden_size);
+  float* out = moe_out_.as<float>();
+  moe_.Forward(c.moe, weights_.layers[layer].moe, x, n, c.hidden_size, out);
+  // Residual as in Mlp: rank 0 adds its partial output to the residual, the
+  // others replace their copy with theirs, and the all-reduce sums. (Host
+  // memory: MoE layers run on host-memory backends only.)
+  float* h = hidden_.as<float>();
+  const size_t total = static_cast<size_t>(n) * c.hidden_size;
+  if (plan_.rank == 0) {
+    for (size_t i = 0; i < total; ++i) h[i] += out[i];
+  } else {
+    std::copy(out, out + total, h);
+  }
   AllReduceHidden(n);
 }
 

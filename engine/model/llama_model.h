@@ -11,6 +11,7 @@
 #include "engine/model/forward_observer.h"
 #include "engine/model/llama_weights.h"
 #include "engine/model/model_config.h"
+#include "engine/model/moe_block.h"
 #include "engine/parallel/tp_plan.h"
 #include "kernels/backend.h"
 
@@ -35,12 +36,18 @@ struct ForwardBatch {
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
 };
 
-/// LlamaForCausalLM (HF transformers modeling_llama): embedding, N x
-/// [RMSNorm, GQA attention with RoPE, residual, RMSNorm, SwiGLU MLP,
-/// residual], final RMSNorm, lm_head. The same decoder serves Mistral,
-/// Qwen2 (q/k/v biases: modeling_qwen2) and Qwen3 (per-head RMSNorm of q
-/// and k before RoPE: modeling_qwen3), as ModelConfig says. Thread ownership: the engine thread;
-/// Forward is not reentrant (it reuses activation buffers).
+/// The decoder of every registered architecture (engine/model/architectures.h),
+/// LlamaForCausalLM's structure (HF transformers modeling_llama): embedding,
+/// N x [RMSNorm, GQA attention with RoPE, residual, RMSNorm, feed-forward
+/// block, residual], final RMSNorm, lm_head. The blocks are chosen by data,
+/// not by architecture name: attention with the q/k/v biases (Qwen2) and
+/// per-head q/k RMSNorm before RoPE (Qwen3) that ModelConfig asks for; the
+/// feed-forward block of each layer a dense SwiGLU MLP, or the sparse MoE
+/// block (MoeBlock: Mixtral, Qwen2-MoE, Qwen3-MoE) where the layer's
+/// weights hold one (MoeConfig::Sparse). MoE layers need a host-memory
+/// backend (the CPU); the constructor refuses a device backend. Thread
+/// ownership: the engine thread; Forward is not reentrant (it reuses
+/// activation buffers).
 ///
 /// Tensor parallelism (docs/parallelism.md): a LlamaModel is one rank's shard,
 /// with its TpPlan, weight slices (LoadLlamaWeights with the plan), backend and
@@ -126,6 +133,7 @@ class LlamaModel {
   void EnsureWorkspace(int32_t num_tokens, int32_t num_logits);
   void Attention(int32_t layer, const StepInputs& in, PagedKvCache& cache);
   void Mlp(int32_t layer, int32_t num_tokens);
+  void SparseMoe(int32_t layer, int32_t num_tokens);
 
   ModelConfig config_;
   LlamaWeights weights_;
@@ -149,6 +157,8 @@ class LlamaModel {
   kernels::BackendBuffer ids_, positions_, token_seq_, slots_, block_tables_;
   kernels::BackendBuffer hidden_, normed_, q_, k_, v_, attn_, gate_, up_;
   kernels::BackendBuffer last_hidden_, logits_, gathered_logits_;
+  kernels::BackendBuffer moe_out_;  // [tokens, hidden]: a sparse block's output
+  MoeBlock moe_;
   std::vector<float> gathered_host_;  // TP rank 0: the all-gathered logit shards
 };
 

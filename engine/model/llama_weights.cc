@@ -4,6 +4,7 @@
 #include "engine/model/llama_weights.h"
 
 #include <cstdio>
+#include <utility>
 
 #include "engine/common/error.h"
 #include "engine/model/safetensors.h"
@@ -63,7 +64,13 @@ class Loader {
   // kF16 or kBF16) a contiguous run (whole rows, or one row's columns) at a time.
   LinearWeight Dense(const std::string& name, const std::vector<int64_t>& shape, const Slice& s,
                      WeightDtype target) {
-    const TensorInfo& t = ckpt_.Require(name, shape);
+    return DenseOf(ckpt_.Require(name, shape), s, target);
+  }
+
+  // The slice s of a 1-D or 2-D tensor view (a checkpoint tensor, or one
+  // expert's matrix inside a fused 3-D tensor: Matrix()).
+  LinearWeight DenseOf(const TensorInfo& t, const Slice& s, WeightDtype target) {
+    const std::vector<int64_t>& shape = t.shape;
     const int64_t full_cols = shape.size() == 2 ? shape[1] : shape[0];
     const int64_t full_rows = shape.size() == 2 ? shape[0] : 1;
     const int64_t rows = s.rows < 0 ? full_rows : s.rows;
@@ -88,7 +95,13 @@ class Loader {
   // Quantizes the slice s of a dense [out, in] tensor a chunk of rows at a time.
   LinearWeight Quantize(const std::string& name, int64_t out, int64_t in, const Slice& s,
                         const quant::QuantFormat& f) {
-    const TensorInfo& t = ckpt_.Require(name, {out, in});
+    return QuantizeOf(ckpt_.Require(name, {out, in}), s, f);
+  }
+
+  // Quantizes the slice s of a 2-D tensor view [out, in].
+  LinearWeight QuantizeOf(const TensorInfo& t, const Slice& s, const quant::QuantFormat& f) {
+    const std::string& name = t.name;
+    const int64_t out = t.shape[0], in = t.shape[1];
     const int64_t rows = s.rows < 0 ? out : s.rows;
     const int64_t cols = s.cols < 0 ? in : s.cols;
     CheckSliceGroups(name, s, cols, f);
@@ -168,6 +181,23 @@ class Loader {
     return w;
   }
 
+  // A [rows, cols] matrix: the 2-D tensor `name`, or, when absent and
+  // `fused` names a 3-D tensor [n, fused_rows, cols], rows
+  // [row0, row0 + rows) of its entry `index` (transformers v5's fused
+  // experts). Throws tq::Error naming both when neither exists or a shape
+  // differs.
+  TensorInfo Matrix(const std::string& name, int64_t rows, int64_t cols, const std::string& fused,
+                    int64_t n, int64_t fused_rows, int64_t index, int64_t row0) const {
+    if (fused.empty() || ckpt_.Find(name) != nullptr || ckpt_.Find(fused) == nullptr) {
+      return ckpt_.Require(name, {rows, cols});
+    }
+    const TensorInfo& t = ckpt_.Require(fused, {n, fused_rows, cols});
+    TensorInfo part = t.Elements((index * fused_rows + row0) * cols, rows * cols);
+    part.shape = {rows, cols};
+    part.name = fused + "[" + std::to_string(index) + "]";
+    return part;
+  }
+
   TensorDtype SourceDtype(const std::string& name) const {
     const TensorInfo* t = ckpt_.Find(name);
     return t ? t->dtype : TensorDtype::kF32;
@@ -222,14 +252,39 @@ class Loader {
   kernels::Backend* backend_;
 };
 
-LinearWeight& Slot(LlamaLayerWeights& l, const std::string& short_name) {
-  if (short_name == "self_attn.q_proj") return l.q_proj;
-  if (short_name == "self_attn.k_proj") return l.k_proj;
-  if (short_name == "self_attn.v_proj") return l.v_proj;
-  if (short_name == "self_attn.o_proj") return l.o_proj;
-  if (short_name == "mlp.gate_proj") return l.gate_proj;
-  if (short_name == "mlp.up_proj") return l.up_proj;
-  return l.down_proj;
+LinearWeight& Slot(LlamaLayerWeights& l, const quant::LinearModule& m) {
+  using quant::ModuleRole;
+  const auto e = static_cast<size_t>(m.expert);
+  switch (m.role) {
+    case ModuleRole::kQ:
+      return l.q_proj;
+    case ModuleRole::kK:
+      return l.k_proj;
+    case ModuleRole::kV:
+      return l.v_proj;
+    case ModuleRole::kO:
+      return l.o_proj;
+    case ModuleRole::kGate:
+      return l.gate_proj;
+    case ModuleRole::kUp:
+      return l.up_proj;
+    case ModuleRole::kDown:
+      return l.down_proj;
+    case ModuleRole::kExpertGate:
+      return l.moe.gate_proj.at(e);
+    case ModuleRole::kExpertUp:
+      return l.moe.up_proj.at(e);
+    case ModuleRole::kExpertDown:
+      return l.moe.down_proj.at(e);
+    case ModuleRole::kSharedGate:
+      return l.moe.shared_gate_proj;
+    case ModuleRole::kSharedUp:
+      return l.moe.shared_up_proj;
+    case ModuleRole::kSharedDown:
+    case ModuleRole::kTable:
+      break;
+  }
+  return l.moe.shared_down_proj;
 }
 
 std::string HumanBytes(double b) {
@@ -283,6 +338,28 @@ kernels::WeightView LinearWeight::View() const {
   return v;
 }
 
+std::vector<const LinearWeight*> LlamaLayerWeights::Linears() const {
+  std::vector<const LinearWeight*> out = {&q_proj,    &k_proj,  &v_proj,   &o_proj,
+                                          &gate_proj, &up_proj, &down_proj};
+  if (!moe.empty()) {
+    out.push_back(&moe.router);
+    for (size_t e = 0; e < moe.gate_proj.size(); ++e) {
+      out.insert(out.end(), {&moe.gate_proj[e], &moe.up_proj[e], &moe.down_proj[e]});
+    }
+    out.insert(out.end(), {&moe.shared_gate_proj, &moe.shared_up_proj, &moe.shared_down_proj,
+                           &moe.shared_expert_gate});
+  }
+  return out;
+}
+
+std::vector<LinearWeight*> LlamaLayerWeights::Linears() {
+  std::vector<LinearWeight*> out;
+  for (const LinearWeight* w : std::as_const(*this).Linears()) {
+    out.push_back(const_cast<LinearWeight*>(w));
+  }
+  return out;
+}
+
 size_t LlamaLayerWeights::VectorBytes() const {
   size_t n = 0;
   for (const kernels::BackendBuffer* b :
@@ -316,8 +393,22 @@ std::map<std::string, size_t> LlamaWeights::BytesByPrecision() const {
   out["fp32"] += norm.bytes();
   for (const LlamaLayerWeights& l : layers) {
     out["fp32"] += l.VectorBytes();
-    for (const LinearWeight* w :
-         {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) {
+    for (const LinearWeight* w : l.Linears()) add(*w);
+  }
+  return out;
+}
+
+std::map<std::string, size_t> LlamaWeights::ExpertBytesByPrecision() const {
+  std::map<std::string, size_t> out;
+  auto add = [&](const LinearWeight& w) {
+    if (!w.empty()) out[WeightPrecisionName(w.dtype)] += w.bytes();
+  };
+  for (const LlamaLayerWeights& l : layers) {
+    const MoeLayerWeights& m = l.moe;
+    for (size_t e = 0; e < m.gate_proj.size(); ++e) {
+      for (const LinearWeight* w : {&m.gate_proj[e], &m.up_proj[e], &m.down_proj[e]}) add(*w);
+    }
+    for (const LinearWeight* w : {&m.shared_gate_proj, &m.shared_up_proj, &m.shared_down_proj}) {
       add(*w);
     }
   }
@@ -329,10 +420,7 @@ double LlamaWeights::AverageBitsPerWeight() const {
       embed_tokens.num_params() + lm_head.num_params() + static_cast<int64_t>(norm.bytes() / 4);
   for (const LlamaLayerWeights& l : layers) {
     params += static_cast<int64_t>(l.VectorBytes() / 4);
-    for (const LinearWeight* w :
-         {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) {
-      params += w->num_params();
-    }
+    for (const LinearWeight* w : l.Linears()) params += w->num_params();
   }
   return params > 0 ? 8.0 * static_cast<double>(total_bytes) / static_cast<double>(params) : 0.0;
 }
@@ -346,7 +434,14 @@ std::string LlamaWeights::MemorySummary() const {
   }
   char bits[48];
   std::snprintf(bits, sizeof(bits), "), %.3f bits per weight", AverageBitsPerWeight());
-  return s + bits;
+  s += bits;
+  const std::map<std::string, size_t> experts = ExpertBytesByPrecision();
+  first = true;
+  for (const auto& [precision, bytes] : experts) {
+    s += (first ? "; of which experts: " : ", ") + precision + " " + std::to_string(bytes) + " B";
+    first = false;
+  }
+  return s;
 }
 
 LlamaWeights LoadLlamaWeights(const std::string& model_dir, const ModelConfig& config,
@@ -380,12 +475,57 @@ LlamaWeights LoadLlamaWeights(const std::string& model_dir, const ModelConfig& c
   const Slice o_cols{0, -1, plan.first_head * hd, plan.num_heads * hd};
   const Slice inter_rows{plan.first_intermediate, plan.intermediate};
   const Slice down_cols{0, -1, plan.first_intermediate, plan.intermediate};
-  auto slice_of = [&](const std::string& short_name) {
-    if (short_name == "self_attn.q_proj") return q_rows;
-    if (short_name == "self_attn.k_proj" || short_name == "self_attn.v_proj") return kv_rows;
-    if (short_name == "self_attn.o_proj") return o_cols;
-    if (short_name == "mlp.down_proj") return down_cols;
+  const Slice expert_rows{plan.first_moe_intermediate, plan.moe_intermediate};
+  const Slice expert_cols{0, -1, plan.first_moe_intermediate, plan.moe_intermediate};
+  const Slice shared_rows{plan.first_shared_intermediate, plan.shared_intermediate};
+  const Slice shared_cols{0, -1, plan.first_shared_intermediate, plan.shared_intermediate};
+  auto slice_of = [&](quant::ModuleRole role) {
+    using quant::ModuleRole;
+    switch (role) {
+      case ModuleRole::kQ:
+        return q_rows;
+      case ModuleRole::kK:
+      case ModuleRole::kV:
+        return kv_rows;
+      case ModuleRole::kO:
+        return o_cols;
+      case ModuleRole::kDown:
+        return down_cols;
+      case ModuleRole::kExpertGate:
+      case ModuleRole::kExpertUp:
+        return expert_rows;
+      case ModuleRole::kExpertDown:
+        return expert_cols;
+      case ModuleRole::kSharedGate:
+      case ModuleRole::kSharedUp:
+        return shared_rows;
+      case ModuleRole::kSharedDown:
+        return shared_cols;
+      case ModuleRole::kGate:
+      case ModuleRole::kUp:
+      case ModuleRole::kTable:
+        break;
+    }
     return inter_rows;
+  };
+  // A module's [out, in] matrix in the checkpoint: its 2-D tensor, or an
+  // expert's rows of the layer's fused 3-D tensors (transformers v5:
+  // <block>.experts.gate_up_proj [E, 2I, hidden] with gate rows first,
+  // <block>.experts.down_proj [E, hidden, I]).
+  const MoeConfig& moe = config.moe;
+  auto matrix = [&](const quant::LinearModule& m) {
+    const std::string tensor = m.name + ".weight";
+    if (m.expert < 0) return loader.Matrix(tensor, m.out_features, m.in_features, "", 0, 0, 0, 0);
+    const std::string fused =
+        "model.layers." + std::to_string(m.layer) + "." + moe.block + ".experts." +
+        (m.role == quant::ModuleRole::kExpertDown ? "down_proj" : "gate_up_proj");
+    const int64_t mi = moe.moe_intermediate_size;
+    if (m.role == quant::ModuleRole::kExpertDown) {
+      return loader.Matrix(tensor, m.out_features, m.in_features, fused, moe.num_experts,
+                           m.out_features, m.expert, 0);
+    }
+    return loader.Matrix(tensor, m.out_features, m.in_features, fused, moe.num_experts, 2 * mi,
+                         m.expert, m.role == quant::ModuleRole::kExpertUp ? mi : 0);
   };
 
   // A vocabulary table's rows s ([vocab, hidden]; the TP lm_head shard):
@@ -415,6 +555,21 @@ LlamaWeights LoadLlamaWeights(const std::string& model_dir, const ModelConfig& c
     LlamaLayerWeights& l = w.layers[static_cast<size_t>(i)];
     l.input_layernorm = loader.Vector(p + "input_layernorm.weight", hidden);
     l.post_attention_layernorm = loader.Vector(p + "post_attention_layernorm.weight", hidden);
+    if (moe.Sparse(i)) {
+      // The router and the shared expert's gate stay fp32 (routing in fp32,
+      // as transformers' softmax(router_logits, dtype=float)).
+      const std::string b = p + moe.block + ".";
+      l.moe.router =
+          loader.Dense(b + "gate.weight", {moe.num_experts, hidden}, {}, WeightDtype::kF32);
+      const auto experts = static_cast<size_t>(moe.num_experts);
+      l.moe.gate_proj.resize(experts);
+      l.moe.up_proj.resize(experts);
+      l.moe.down_proj.resize(experts);
+      if (moe.shared_expert_intermediate_size > 0) {
+        l.moe.shared_expert_gate =
+            loader.Dense(b + "shared_expert_gate.weight", {1, hidden}, {}, WeightDtype::kF32);
+      }
+    }
     for (const LayerVectorTensor& v : LayerVectorTensors(config)) {
       const std::string name = p + v.short_name;
       if (v.short_name == "self_attn.q_proj.bias") {
@@ -430,12 +585,16 @@ LlamaWeights LoadLlamaWeights(const std::string& model_dir, const ModelConfig& c
       }
     }
   }
+  // Every dense matrix of a layer (unquantized or 16-bit linears).
+  auto dense_of = [&](const TensorInfo& t, const Slice& s) {
+    return loader.DenseOf(t, s, DenseTarget(options.dense_dtype, t.dtype, quantized_model));
+  };
   for (const quant::LinearModule& m : quant::LlamaLinearModules(config)) {
-    LinearWeight& slot = Slot(w.layers[static_cast<size_t>(m.layer)], m.short_name);
-    const std::string tensor = m.name + ".weight";
-    const Slice s = slice_of(m.short_name);
+    if (m.expert >= 0 && !plan.HoldsExpert(m.expert)) continue;  // another rank's expert
+    LinearWeight& slot = Slot(w.layers[static_cast<size_t>(m.layer)], m);
+    const Slice s = slice_of(m.role);
     if (!quantized_model) {
-      slot = dense(tensor, m.out_features, m.in_features, s);
+      slot = dense_of(matrix(m), s);
       continue;
     }
     const auto it = formats.find(m.name);
@@ -443,12 +602,12 @@ LlamaWeights LoadLlamaWeights(const std::string& model_dir, const ModelConfig& c
       throw Error(model_dir + "/config.json: quantization_config has no entry for " + m.name);
     }
     const quant::QuantFormat& f = it->second;
-    if (!f.quantized()) {
-      slot = dense(tensor, m.out_features, m.in_features, s);
-    } else if (!stored.empty()) {
+    if (!stored.empty() && f.quantized()) {
       slot = loader.Stored(m.name, m.out_features, m.in_features, s, f);
+    } else if (!f.quantized()) {
+      slot = dense_of(matrix(m), s);
     } else {
-      slot = loader.Quantize(tensor, m.out_features, m.in_features, s, f);
+      slot = loader.QuantizeOf(matrix(m), s, f);
     }
   }
   w.norm = loader.Vector("model.norm.weight", hidden);
@@ -466,10 +625,7 @@ LlamaWeights LoadLlamaWeights(const std::string& model_dir, const ModelConfig& c
     w.lm_head_offset = static_cast<size_t>(plan.first_vocab);
   }
   for (LlamaLayerWeights& l : w.layers) {
-    for (LinearWeight* m :
-         {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) {
-      PrepareForBackend(*m, backend);
-    }
+    for (LinearWeight* m : l.Linears()) PrepareForBackend(*m, backend);
   }
   PrepareForBackend(w.lm_head, backend);
   // embed_tokens stays rows (Embedding reads them), unless lm_head shares the

@@ -48,6 +48,28 @@ struct LinearWeight {
 /// tqserve_memory_weights_bytes{precision} (docs/metrics.md).
 std::string WeightPrecisionName(kernels::WeightDtype dtype);
 
+/// A sparse MoE block's weights (MoeConfig; HF names model.layers.N.<block>.*),
+/// one layout whichever form the checkpoint holds (2-D tensors per expert,
+/// or transformers v5's fused 3-D experts.gate_up_proj / down_proj): each
+/// expert's three matrices as their own LinearWeight, so that every expert
+/// runs on the same matmul kernels (dense, int8, int4) as a dense MLP and a
+/// decode step reads only the experts it selected. Under tensor parallelism
+/// each expert holds its intermediate slice (rows of gate/up, columns of
+/// down; TpPlan::moe_intermediate), the router and shared_expert_gate are
+/// whole on every rank. Under expert parallelism (TpPlan::expert_parallel)
+/// a rank loads only its experts, whole; the others' entries stay empty.
+struct MoeLayerWeights {
+  LinearWeight router;  // fp32 [num_experts, hidden] (<block>.gate), never quantized
+  std::vector<LinearWeight> gate_proj, up_proj;  // [E] x [I, hidden]
+  std::vector<LinearWeight> down_proj;           // [E] x [hidden, I]
+  // Qwen2-MoE's shared expert (empty when the model has none).
+  LinearWeight shared_gate_proj, shared_up_proj;  // [S, hidden]
+  LinearWeight shared_down_proj;                  // [hidden, S]
+  LinearWeight shared_expert_gate;                // fp32 [1, hidden]
+
+  bool empty() const { return router.empty(); }
+};
+
 /// One decoder layer's tensors (HF names model.layers.N.*). Norms stay fp32.
 /// Under tensor parallelism the rank's slices (TpPlan): heads, KV heads and
 /// intermediate channels replace the full counts in the shapes below.
@@ -56,8 +78,9 @@ struct LlamaLayerWeights {
   LinearWeight q_proj, k_proj, v_proj;              // [heads*hd, hidden], [kv*hd, hidden] x2
   LinearWeight o_proj;                              // [hidden, heads*hd]
   kernels::BackendBuffer post_attention_layernorm;  // fp32 [hidden]
-  LinearWeight gate_proj, up_proj;                  // [inter, hidden]
-  LinearWeight down_proj;                           // [hidden, inter]
+  LinearWeight gate_proj, up_proj;                  // [inter, hidden] (dense layers)
+  LinearWeight down_proj;                           // [hidden, inter] (dense layers)
+  MoeLayerWeights moe;                              // sparse layers (MoeConfig::Sparse)
   // Optional (ModelConfig qkv_bias / qk_norm), fp32, empty when the model
   // has none. Under TP q/k/v biases are the rank's slices (with their weight
   // rows); the q/k norms (per head_dim channel) are whole on every rank.
@@ -66,6 +89,10 @@ struct LlamaLayerWeights {
 
   /// Backend bytes of the fp32 vectors: both layernorms, biases, q/k norms.
   size_t VectorBytes() const;
+  /// Every matrix of the layer that is loaded (attention, the dense MLP or
+  /// the MoE block's router, experts and shared expert), in a fixed order.
+  std::vector<const LinearWeight*> Linears() const;
+  std::vector<LinearWeight*> Linears();
 };
 
 /// All weights. lm_head aliases embed_tokens when tie_word_embeddings.
@@ -87,9 +114,13 @@ struct LlamaWeights {
   /// Backend bytes by WeightPrecisionName (norms count as fp32); integer
   /// formats include their scales and zeros.
   std::map<std::string, size_t> BytesByPrecision() const;
+  /// The MoE experts' share of BytesByPrecision (routed and shared experts;
+  /// not the routers): empty for a dense model.
+  std::map<std::string, size_t> ExpertBytesByPrecision() const;
   /// Stored bits per parameter over all tensors (8 * total_bytes / params).
   double AverageBitsPerWeight() const;
-  /// One line for the start-up log: total, bytes per precision, bits/weight.
+  /// One line for the start-up log: total, bytes per precision, bits/weight
+  /// (MoE: then the experts' bytes per precision).
   std::string MemorySummary() const;
 };
 

@@ -17,12 +17,41 @@ struct RopeScaling {
   int64_t original_max_position_embeddings = 8192;  // llama3
 };
 
-/// config.json of a Llama-family checkpoint (HF transformers LlamaConfig,
-/// MistralConfig, Qwen2Config, Qwen3Config), plus the token ids of
-/// generation_config.json / tokenizer_config.json.
+/// The sparse mixture-of-experts block of an MoE architecture: transformers'
+/// MixtralSparseMoeBlock, Qwen2MoeSparseMoeBlock (with a shared expert) and
+/// Qwen3MoeSparseMoeBlock. The router (`<block>.gate`, [num_experts, hidden])
+/// scores every expert; softmax over them in fp32, the top num_experts_per_tok
+/// experts (each a SwiGLU MLP of moe_intermediate_size), their probabilities
+/// renormalised to sum 1 when norm_topk_prob; output = sum of weight x expert
+/// output (+ sigmoid(shared_expert_gate . x) x shared_expert(x) for Qwen2-MoE).
+struct MoeConfig {
+  int32_t num_experts = 0;  // 0: a dense model
+  int32_t num_experts_per_tok = 0;
+  int32_t moe_intermediate_size = 0;
+  int32_t shared_expert_intermediate_size = 0;  // 0: no shared expert
+  bool norm_topk_prob = false;                  // Mixtral: always true
+  // Layer L is sparse when L is not in mlp_only_layers and (L + 1) is a
+  // multiple of decoder_sparse_step (modeling_qwen2_moe's Qwen2MoeDecoderLayer);
+  // the others run a dense MLP of intermediate_size.
+  int32_t decoder_sparse_step = 1;
+  std::vector<int32_t> mlp_only_layers;
+  // Checkpoint names below model.layers.N.: the block ("mlp", Mixtral's
+  // "block_sparse_moe") and each expert's projections below
+  // <block>.experts.E. (Mixtral: w1, w3, w2).
+  std::string block = "mlp";
+  std::string gate_proj = "gate_proj", up_proj = "up_proj", down_proj = "down_proj";
+
+  bool enabled() const { return num_experts > 0; }
+  /// Whether decoder layer `layer` runs the sparse block.
+  bool Sparse(int32_t layer) const;
+};
+
+/// config.json of a checkpoint of a registered architecture
+/// (engine/model/architectures.h: transformers' LlamaConfig, MistralConfig,
+/// Qwen2Config, Qwen3Config, MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig),
+/// plus the token ids of generation_config.json / tokenizer_config.json.
 struct ModelConfig {
-  std::string architecture;  // "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
-                             // "Qwen3ForCausalLM"
+  std::string architecture;  // config.json "architectures"[0], e.g. "LlamaForCausalLM"
   int32_t hidden_size = 0;
   int32_t intermediate_size = 0;
   int32_t num_hidden_layers = 0;
@@ -43,6 +72,7 @@ struct ModelConfig {
   // Qwen3: RMSNorm over each head's head_dim channels of q and k
   // (self_attn.q_norm/k_norm, weight [head_dim]) before RoPE.
   bool qk_norm = false;
+  MoeConfig moe;            // mixture-of-experts layers (num_experts 0: none)
   std::string torch_dtype;  // informational
   int32_t bos_token_id = 1;
   std::vector<int32_t> eos_token_ids;  // generation_config.json overrides config.json
@@ -103,10 +133,10 @@ struct ModelFiles {
 /// Reads config.json (required), generation_config.json and
 /// tokenizer_config.json (optional) from `dir` and validates them.
 /// Throws tq::Error naming the file and the problem: missing directory or
-/// config.json, invalid JSON, architecture other than LlamaForCausalLM /
-/// MistralForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM, a config
-/// feature the forward pass does not implement (mlp_bias, another
-/// hidden_act, rope_scaling other than linear/llama3), missing or
+/// config.json, invalid JSON, an architecture the registry lacks
+/// (SupportedArchitectures()), a config feature the forward pass does not
+/// implement (mlp_bias, another hidden_act, rope_scaling other than
+/// linear/llama3, attention_bias), missing or
 /// non-positive sizes, heads that do not divide.
 ModelFiles LoadModelFiles(const std::string& dir);
 

@@ -17,6 +17,7 @@
 
 #include "engine/common/error.h"
 #include "engine/kv/block_hash.h"
+#include "engine/model/architectures.h"
 #include "kernels/half.h"
 
 namespace tq {
@@ -109,6 +110,14 @@ void CheckSpec(const std::string& out_dir, const ModelConfig& c) {
                 std::to_string(c.num_key_value_heads) + ")");
   }
   if (c.head_dim % 2 != 0) throw Error(out_dir + ": head_dim must be even for RoPE");
+  if (c.moe.enabled()) {
+    positive(c.moe.num_experts_per_tok, "num_experts_per_tok");
+    positive(c.moe.moe_intermediate_size, "moe_intermediate_size");
+    if (c.moe.num_experts_per_tok > c.moe.num_experts) {
+      throw Error(out_dir + ": num_experts_per_tok (" + std::to_string(c.moe.num_experts_per_tok) +
+                  ") exceeds num_experts (" + std::to_string(c.moe.num_experts) + ")");
+    }
+  }
 }
 
 void WriteJson(const fs::path& p, const ojson& j) {
@@ -133,18 +142,15 @@ const char* TorchDtype(TensorDtype d) {
   return "float32";
 }
 
-// HF model_type of an architecture this writer knows.
-const char* ModelType(const std::string& architecture) {
-  if (architecture == "Qwen2ForCausalLM") return "qwen2";
-  if (architecture == "Qwen3ForCausalLM") return "qwen3";
-  if (architecture == "MistralForCausalLM") return "mistral";
-  return "llama";
-}
-
 ojson ConfigJson(const ModelConfig& c, TensorDtype dtype) {
   ojson j;
+  const ArchitectureSpec* spec = FindArchitecture(c.architecture);
+  if (spec == nullptr) {
+    throw Error("unsupported architecture '" + c.architecture +
+                "' (supported: " + SupportedArchitectures() + ")");
+  }
   j["architectures"] = {c.architecture};
-  j["model_type"] = ModelType(c.architecture);
+  j["model_type"] = std::string(spec->model_type);
   j["hidden_size"] = c.hidden_size;
   j["intermediate_size"] = c.intermediate_size;
   j["num_hidden_layers"] = c.num_hidden_layers;
@@ -175,15 +181,8 @@ ojson ConfigJson(const ModelConfig& c, TensorDtype dtype) {
   } else {
     j["eos_token_id"] = c.eos_token_ids;
   }
-  // Qwen2's q/k/v biases are implied by its architecture.
-  if (c.architecture != "Qwen2ForCausalLM") j["attention_bias"] = false;
   j["mlp_bias"] = false;
-  if (c.architecture == "Qwen2ForCausalLM" || c.architecture == "Qwen3ForCausalLM") {
-    j["use_sliding_window"] = c.sliding_window > 0;
-    j["sliding_window"] = c.sliding_window > 0 ? ojson(c.sliding_window) : ojson(nullptr);
-  } else if (c.sliding_window > 0) {
-    j["sliding_window"] = c.sliding_window;
-  }
+  spec->write_config(c, j);  // the family's own fields (engine/model/arch/)
   j["initializer_range"] = 0.02;
   return j;
 }
@@ -209,6 +208,34 @@ std::vector<TensorToWrite> TensorList(const RandomModelSpec& spec) {
   auto add = [&](const std::string& name, std::vector<int64_t> shape, bool random) {
     add_dist(name, std::move(shape), random ? 0.0f : 1.0f, random ? kWeightStd : 0.0f);
   };
+  // A sparse block (MoeConfig) in place of the MLP: the router drawn
+  // N(0, 0.2²), so that its top-k choice has clear margins (a near tie would
+  // make the expert choice depend on rounding), experts as 2-D tensors per
+  // expert or (fused_experts) transformers v5's 3-D gate_up_proj / down_proj.
+  auto add_moe = [&](const std::string& p) {
+    const MoeConfig& m = c.moe;
+    const std::string b = p + m.block + ".";
+    const int64_t e = m.num_experts, mi = m.moe_intermediate_size;
+    add_dist(b + "gate.weight", {e, h}, 0.0f, 0.2f);
+    if (spec.fused_experts) {
+      add(b + "experts.gate_up_proj", {e, 2 * mi, h}, true);
+      add(b + "experts.down_proj", {e, h, mi}, true);
+    } else {
+      for (int64_t x = 0; x < e; ++x) {
+        const std::string ep = b + "experts." + std::to_string(x) + ".";
+        add(ep + m.gate_proj + ".weight", {mi, h}, true);
+        add(ep + m.up_proj + ".weight", {mi, h}, true);
+        add(ep + m.down_proj + ".weight", {h, mi}, true);
+      }
+    }
+    if (m.shared_expert_intermediate_size > 0) {
+      const int64_t si = m.shared_expert_intermediate_size;
+      add(b + "shared_expert.gate_proj.weight", {si, h}, true);
+      add(b + "shared_expert.up_proj.weight", {si, h}, true);
+      add(b + "shared_expert.down_proj.weight", {h, si}, true);
+      add_dist(b + "shared_expert_gate.weight", {1, h}, 0.0f, 0.2f);
+    }
+  };
   add("model.embed_tokens.weight", {vocab, h}, true);
   for (int32_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
@@ -218,9 +245,13 @@ std::vector<TensorToWrite> TensorList(const RandomModelSpec& spec) {
     add(p + "self_attn.v_proj.weight", {kv, h}, true);
     add(p + "self_attn.o_proj.weight", {h, q}, true);
     add(p + "post_attention_layernorm.weight", {h}, false);
-    add(p + "mlp.gate_proj.weight", {inter, h}, true);
-    add(p + "mlp.up_proj.weight", {inter, h}, true);
-    add(p + "mlp.down_proj.weight", {h, inter}, true);
+    if (c.moe.Sparse(i)) {
+      add_moe(p);
+    } else {
+      add(p + "mlp.gate_proj.weight", {inter, h}, true);
+      add(p + "mlp.up_proj.weight", {inter, h}, true);
+      add(p + "mlp.down_proj.weight", {h, inter}, true);
+    }
     for (const LayerVectorTensor& v : LayerVectorTensors(c)) {
       const bool norm = v.short_name.ends_with("_norm.weight");
       add_dist(p + v.short_name, {v.size}, norm ? 1.0f : 0.0f, norm ? 0.2f : 0.1f);
@@ -310,7 +341,32 @@ constexpr PresetShape kPresetShapes[] = {
     {"qwen3-0.6b", 1024, 3072, 28, 16, 8, 128, 151936, 40960},
     // HuggingFaceTB/SmolLM2-135M-Instruct
     {"smollm2-135m", 576, 1536, 30, 9, 3, 64, 49152, 8192},
+    // Mixture of experts (the expert counts and sizes in RandomModelPreset):
+    // Qwen/Qwen3-30B-A3B (intermediate: the dense MLP of mlp_only_layers)
+    {"qwen3-30b-a3b", 2048, 6144, 48, 32, 4, 128, 151936, 40960},
+    {"mixtral-8x7b", 4096, 14336, 32, 32, 8, 128, 32000, 32768},  // mistralai/Mixtral-8x7B-v0.1
+    {"qwen1.5-moe-a2.7b", 2048, 5632, 24, 16, 16, 128, 151936, 8192},  // Qwen/Qwen1.5-MoE-A2.7B
 };
+
+namespace {
+
+// The Qwen instruct models' special tokens (<|endoftext|>, <|im_end|>).
+void QwenTokens(ModelConfig& c) {
+  c.bos_token_id = 151643;
+  c.eos_token_ids = {151645, 151643};
+}
+
+MoeConfig Moe(int32_t experts, int32_t top_k, int32_t width, int32_t shared_width, bool norm_topk) {
+  MoeConfig m;
+  m.num_experts = experts;
+  m.num_experts_per_tok = top_k;
+  m.moe_intermediate_size = width;
+  m.shared_expert_intermediate_size = shared_width;
+  m.norm_topk_prob = norm_topk;
+  return m;
+}
+
+}  // namespace
 
 ModelConfig RandomModelPreset(const std::string& name) {
   const auto shape = std::ranges::find(kPresetShapes, name, &PresetShape::name);
@@ -353,13 +409,55 @@ ModelConfig RandomModelPreset(const std::string& name) {
     c.tie_word_embeddings = true;
     c.qkv_bias = name == "qwen2.5-0.5b";
     c.qk_norm = name == "qwen3-0.6b";
-    c.bos_token_id = 151643;
-    c.eos_token_ids = {151645, 151643};
+    QwenTokens(c);
   } else if (name == "smollm2-135m") {
     c.rope_theta = 100000.0;
     c.tie_word_embeddings = true;
+  } else if (name == "qwen3-30b-a3b") {
+    c.architecture = "Qwen3MoeForCausalLM";
+    c.rms_norm_eps = 1e-6;
+    c.rope_theta = 1000000.0;
+    c.qk_norm = true;
+    c.moe = Moe(128, 8, 768, 0, true);
+    QwenTokens(c);
+  } else if (name == "mixtral-8x7b") {
+    c.architecture = "MixtralForCausalLM";
+    c.rope_theta = 1000000.0;
+    c.moe = Moe(8, 2, shape->intermediate, 0, true);
+    c.moe.block = "block_sparse_moe";
+    c.moe.gate_proj = "w1";
+    c.moe.up_proj = "w3";
+    c.moe.down_proj = "w2";
+  } else if (name == "qwen1.5-moe-a2.7b") {
+    c.architecture = "Qwen2MoeForCausalLM";
+    c.rms_norm_eps = 1e-6;
+    c.rope_theta = 1000000.0;
+    c.qkv_bias = true;
+    c.moe = Moe(60, 4, 1408, 5632, false);
+    QwenTokens(c);
   }
   return c;
+}
+
+uint64_t NumParams(const ModelConfig& c) {
+  const uint64_t h = c.hidden_size, q = uint64_t(c.num_attention_heads) * c.head_dim;
+  const uint64_t kv = uint64_t(c.num_key_value_heads) * c.head_dim;
+  const uint64_t attention = 2 * h + h * q + 2 * kv * h + q * h;
+  uint64_t vectors = 0;  // biases, q/k norms
+  for (const LayerVectorTensor& v : LayerVectorTensors(c)) vectors += static_cast<uint64_t>(v.size);
+  const MoeConfig& m = c.moe;
+  const uint64_t shared = m.shared_expert_intermediate_size > 0
+                              ? 3 * uint64_t(m.shared_expert_intermediate_size) * h + h
+                              : 0;
+  const uint64_t sparse_mlp =
+      uint64_t(m.num_experts) * (h + 3 * uint64_t(m.moe_intermediate_size) * h) + shared;
+  uint64_t layers = 0;
+  for (int32_t l = 0; l < c.num_hidden_layers; ++l) {
+    layers +=
+        attention + vectors + (m.Sparse(l) ? sparse_mlp : 3 * uint64_t(c.intermediate_size) * h);
+  }
+  const uint64_t embed = uint64_t(c.vocab_size) * h;
+  return embed * (c.tie_word_embeddings ? 1 : 2) + layers + h;
 }
 
 std::vector<std::string> RandomModelPresetNames() {

@@ -227,15 +227,36 @@ std::vector<LinearModule> LlamaLinearModules(const ModelConfig& c) {
   const int64_t inter = c.intermediate_size;
   const int64_t q_dim = int64_t{c.num_attention_heads} * c.head_dim;
   const int64_t kv_dim = int64_t{c.num_key_value_heads} * c.head_dim;
-  const std::pair<const char*, std::pair<int64_t, int64_t>> shapes[] = {
-      {"self_attn.q_proj", {q_dim, hidden}},  {"self_attn.k_proj", {kv_dim, hidden}},
-      {"self_attn.v_proj", {kv_dim, hidden}}, {"self_attn.o_proj", {hidden, q_dim}},
-      {"mlp.gate_proj", {inter, hidden}},     {"mlp.up_proj", {inter, hidden}},
-      {"mlp.down_proj", {hidden, inter}}};
+  const MoeConfig& m = c.moe;
   std::vector<LinearModule> out;
+  auto add = [&](int32_t l, const std::string& name, int64_t rows, int64_t cols, ModuleRole role,
+                 int32_t expert) {
+    out.push_back({FullName(l, name), name, l, rows, cols, role, expert});
+  };
   for (int32_t l = 0; l < c.num_hidden_layers; ++l) {
-    for (const auto& [name, shape] : shapes) {
-      out.push_back({FullName(l, name), name, l, shape.first, shape.second});
+    add(l, "self_attn.q_proj", q_dim, hidden, ModuleRole::kQ, -1);
+    add(l, "self_attn.k_proj", kv_dim, hidden, ModuleRole::kK, -1);
+    add(l, "self_attn.v_proj", kv_dim, hidden, ModuleRole::kV, -1);
+    add(l, "self_attn.o_proj", hidden, q_dim, ModuleRole::kO, -1);
+    if (!m.Sparse(l)) {
+      add(l, "mlp.gate_proj", inter, hidden, ModuleRole::kGate, -1);
+      add(l, "mlp.up_proj", inter, hidden, ModuleRole::kUp, -1);
+      add(l, "mlp.down_proj", hidden, inter, ModuleRole::kDown, -1);
+      continue;
+    }
+    const int64_t mi = m.moe_intermediate_size;
+    for (int32_t e = 0; e < m.num_experts; ++e) {
+      const std::string p = m.block + ".experts." + std::to_string(e) + ".";
+      add(l, p + m.gate_proj, mi, hidden, ModuleRole::kExpertGate, e);
+      add(l, p + m.up_proj, mi, hidden, ModuleRole::kExpertUp, e);
+      add(l, p + m.down_proj, hidden, mi, ModuleRole::kExpertDown, e);
+    }
+    if (m.shared_expert_intermediate_size > 0) {
+      const int64_t si = m.shared_expert_intermediate_size;
+      const std::string p = m.block + ".shared_expert.";
+      add(l, p + "gate_proj", si, hidden, ModuleRole::kSharedGate, -1);
+      add(l, p + "up_proj", si, hidden, ModuleRole::kSharedUp, -1);
+      add(l, p + "down_proj", hidden, si, ModuleRole::kSharedDown, -1);
     }
   }
   return out;
@@ -243,9 +264,11 @@ std::vector<LinearModule> LlamaLinearModules(const ModelConfig& c) {
 
 std::vector<LinearModule> LlamaTableModules(const ModelConfig& c) {
   std::vector<LinearModule> out;
-  out.push_back({kEmbedTokensModule, "embed_tokens", -1, c.vocab_size, c.hidden_size});
+  out.push_back({kEmbedTokensModule, "embed_tokens", -1, c.vocab_size, c.hidden_size,
+                 ModuleRole::kTable, -1});
   if (!c.tie_word_embeddings) {
-    out.push_back({kLmHeadModule, kLmHeadModule, -1, c.vocab_size, c.hidden_size});
+    out.push_back(
+        {kLmHeadModule, kLmHeadModule, -1, c.vocab_size, c.hidden_size, ModuleRole::kTable, -1});
   }
   return out;
 }

@@ -48,18 +48,44 @@ struct QuantConfig {
                       int64_t in_features) const;
 };
 
-/// A linear module of a Llama decoder layer, or a vocabulary table (layer -1).
+/// What a linear module is in its decoder layer: which weight it fills and
+/// how tensor parallelism slices it.
+enum class ModuleRole : uint8_t {
+  kQ,
+  kK,
+  kV,
+  kO,  // self_attn.{q,k,v,o}_proj
+  kGate,
+  kUp,
+  kDown,  // a dense layer's mlp.*_proj
+  kExpertGate,
+  kExpertUp,
+  kExpertDown,  // <block>.experts.E.{gate,up,down}
+  kSharedGate,
+  kSharedUp,
+  kSharedDown,  // <block>.shared_expert.*_proj
+  kTable,       // embed_tokens / lm_head
+};
+
+/// A linear module of a decoder layer, or a vocabulary table (layer -1).
 struct LinearModule {
   std::string name;        // "model.layers.3.mlp.down_proj" (tensor = name + ".weight")
-  std::string short_name;  // "mlp.down_proj"
+  std::string short_name;  // "mlp.down_proj", "mlp.experts.5.gate_proj"
   int32_t layer = 0;
   int64_t out_features = 0;
   int64_t in_features = 0;
+  ModuleRole role = ModuleRole::kTable;
+  int32_t expert = -1;  // routed experts: the expert's index
 };
 
-/// The 7 linear modules of every layer (q, k, v, o, gate, up, down), in
-/// checkpoint order. embed_tokens, lm_head and the norms are not included
-/// (LlamaTableModules; norms stay fp32).
+/// The linear modules of every layer, in checkpoint order: q, k, v, o, then
+/// a dense layer's gate, up, down, or a sparse layer's (MoeConfig::Sparse)
+/// experts' gate, up and down (each expert in turn; short names
+/// "<block>.experts.E.<proj>", so quantization patterns such as
+/// "mlp.experts.*.gate_proj" or "block_sparse_moe.experts.*.w1" select them)
+/// and the shared expert's. Routers and the shared-expert gate are not
+/// linear modules here: they stay fp32. embed_tokens, lm_head and the norms
+/// are not included (LlamaTableModules; norms stay fp32).
 std::vector<LinearModule> LlamaLinearModules(const ModelConfig& config);
 
 /// Plan key and module name of the token embeddings ([vocab, hidden]).

@@ -195,6 +195,13 @@ QuantizeSummary WriteQuantizedCheckpoint(const std::string& model_dir, const Mod
     for (const LayerVectorTensor& v : LayerVectorTensors(config)) {
       dense(p + v.short_name, {v.size}, false);  // biases, q/k norms: as stored
     }
+    const MoeConfig& moe = config.moe;
+    if (moe.Sparse(layer)) {  // the router and shared-expert gate: as stored (fp32 at load)
+      dense(p + moe.block + ".gate.weight", {moe.num_experts, hidden}, false);
+      if (moe.shared_expert_intermediate_size > 0) {
+        dense(p + moe.block + ".shared_expert_gate.weight", {1, hidden}, false);
+      }
+    }
   }
   for (const LinearModule& m : modules) {
     const auto it = formats.find(m.name);

@@ -83,6 +83,11 @@ std::vector<ModuleCandidates> ScoreModules(const SafetensorsCheckpoint& checkpoi
                                            const ModelConfig& config,
                                            const ActivationMoments& moments, bool symmetric,
                                            LossScale scale) {
+  if (config.moe.enabled()) {
+    throw Error(config.architecture +
+                ": the sensitivity search does not measure mixture-of-experts layers yet "
+                "(issue 42 item 5); quantize it with --config (e.g. configs/moe_mix4b8b.json)");
+  }
   std::vector<ModuleCandidates> out;
   std::vector<float> rows;
   for (const LinearModule& m : LlamaLinearModules(config)) {

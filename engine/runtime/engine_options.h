@@ -34,6 +34,9 @@ struct EngineOptions {
   // Ranks of one tensor-parallel group in this process (docs/parallelism.md);
   // num_threads is split between them.
   int32_t tensor_parallel_size = 1;
+  // MoE: place whole experts on the tensor-parallel ranks (E / N each)
+  // instead of splitting every expert's width (--enable-expert-parallel).
+  bool enable_expert_parallel = false;
   // Weight quantization config (JSON, docs/quantization.md); "" = weights as stored.
   std::string quantization_config;
   DenseDtype weight_dtype = DenseDtype::kDefault;  // --dtype (llama_weights.h)

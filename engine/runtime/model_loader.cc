@@ -380,7 +380,8 @@ LoadedModel LoadModelImpl(const EngineOptions& options, bool with_tokenizer) {
     quant_config = quant::QuantConfig::Load(options.quantization_config);
     weight_options.quant = &*quant_config;
   }
-  MakeTpPlan(c, 0, world);  // a model that cannot be split fails before any loading
+  // A model that cannot be split fails before any loading.
+  MakeTpPlan(c, 0, world, options.enable_expert_parallel);
   RankBackends ranks;
   try {
     if (world == 1) {
@@ -393,6 +394,12 @@ LoadedModel LoadModelImpl(const EngineOptions& options, bool with_tokenizer) {
   }
   const kernels::Backend& backend0 = *ranks.backends.front();
   const kernels::BackendCapabilities caps = backend0.Capabilities();
+  if (c.moe.enabled() && caps.device_memory) {
+    throw Error(c.architecture +
+                ": mixture-of-experts layers run on the CPU backend only in "
+                "this version (the " +
+                std::string(backend0.Name()) + " MoE path is issue 42 item 6); use --device cpu");
+  }
   if (!options.kv_cache_dtype_auto && !caps.SupportsKvDtype(options.kv_cache_dtype)) {
     throw Error("--kv-cache-dtype " + std::string(kernels::KvDtypeName(options.kv_cache_dtype)) +
                 " is CPU-only (no " + std::string(backend0.Name()) +
@@ -402,7 +409,7 @@ LoadedModel LoadModelImpl(const EngineOptions& options, bool with_tokenizer) {
   for (int r = 0; r < world; ++r) {
     Worker& w = workers[static_cast<size_t>(r)];
     w.backend = std::move(ranks.backends[static_cast<size_t>(r)]);
-    TpPlan plan = MakeTpPlan(c, r, world);
+    TpPlan plan = MakeTpPlan(c, r, world, options.enable_expert_parallel);
     if (!ranks.comms.empty()) plan.comm = ranks.comms[static_cast<size_t>(r)].get();
     w.model = std::make_unique<LlamaModel>(
         c, LoadLlamaWeights(options.model_dir, c, w.backend.get(), plan, weight_options),

@@ -245,7 +245,7 @@ void RunServe(ServeArgs& args) {
   const ModelFiles files = LoadModelFiles(args.engine.model_dir);  // fail fast on a bad directory
   // Flag mistakes that need no weights fail here, as one line before the port
   // opens; the load itself runs after listening so that /livez answers during it.
-  MakeTpPlan(files.config, 0, args.engine.tensor_parallel_size);
+  MakeTpPlan(files.config, 0, args.engine.tensor_parallel_size, args.engine.enable_expert_parallel);
   if (!args.engine.quantization_config.empty()) {
     quant::PlanFormats(quant::QuantConfig::Load(args.engine.quantization_config), files.config);
   }

@@ -9,6 +9,15 @@ the math, not from tqserve code. Sources of truth:
     Qwen3ForCausalLM (modeling_qwen3.py: RMSNorm q_norm/k_norm over each head's
     head_dim channels, before RoPE); every nn.Linear bias the checkpoint holds
     is added
+  * Mixture of experts: MixtralForCausalLM (modeling_mixtral.py:
+    MixtralSparseMoeBlock, block_sparse_moe.experts.E.w1/w3/w2, softmax ->
+    top-k -> always renormalised), Qwen2MoeForCausalLM (modeling_qwen2_moe.py:
+    Qwen2MoeSparseMoeBlock, renormalised only with norm_topk_prob, plus
+    sigmoid(shared_expert_gate(x)) * shared_expert(x); a layer is sparse when
+    it is not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0),
+    Qwen3MoeForCausalLM (modeling_qwen3_moe.py: as Qwen2-MoE without the
+    shared expert); experts as 2-D tensors per expert or transformers v5's
+    fused experts.gate_up_proj [E, 2I, H] (gate rows first) / down_proj [E, H, I]
   * RoPE: Su et al., "RoFormer" (arXiv:2104.09864), HF rotate_half layout
   * RMSNorm: Zhang & Sennrich, "Root Mean Square Layer Normalization" (arXiv:1910.07467)
   * safetensors format: 8-byte LE u64 header length, JSON header, raw LE tensor data
@@ -108,6 +117,57 @@ class Llama:
         self.lm_head = emb if tied else self.w["lm_head.weight"]
         self.vocab = self.lm_head.shape[0]
 
+    def swiglu(self, x, gate, up, down):
+        """down(silu(x @ gate.T) * (x @ up.T)) with weight matrices [out, in]."""
+        g = x @ gate.T
+        return ((g / (1.0 + np.exp(-g))) * (x @ up.T)) @ down.T
+
+    def moe_layer(self, i):
+        """The sparse block's name prefix when layer i is sparse, else None."""
+        c, arch = self.cfg, self.cfg["architectures"][0]
+        if arch == "MixtralForCausalLM":
+            return "model.layers.%d.block_sparse_moe." % i
+        if arch in ("Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM"):
+            sparse = (i not in (c.get("mlp_only_layers") or []) and c.get("num_experts", 0) > 0
+                      and (i + 1) % c.get("decoder_sparse_step", 1) == 0)
+            return "model.layers.%d.mlp." % i if sparse else None
+        return None
+
+    def expert(self, b, e):
+        """Expert e's (gate, up, down) matrices of the block with prefix b."""
+        fused = self.w.get(b + "experts.gate_up_proj")
+        if fused is not None:
+            half = fused.shape[1] // 2
+            return fused[e, :half], fused[e, half:], self.w[b + "experts.down_proj"][e]
+        names = ("w1", "w3", "w2") if b.endswith("block_sparse_moe.") else \
+            ("gate_proj", "up_proj", "down_proj")
+        return tuple(self.w[b + "experts.%d.%s.weight" % (e, n)] for n in names)
+
+    def moe(self, h, b):
+        """The sparse block on h [T, D]: router softmax over all experts, top-k
+        (renormalised for Mixtral, or Qwen's norm_topk_prob), weighted experts,
+        plus the gated shared expert when the checkpoint has one."""
+        c = self.cfg
+        mixtral = b.endswith("block_sparse_moe.")
+        k = c["num_experts_per_tok"]
+        z = h @ self.w[b + "gate.weight"].T                                 # [T, E]
+        p = np.exp(z - z.max(axis=-1, keepdims=True))
+        p = p / p.sum(axis=-1, keepdims=True)
+        out = np.zeros_like(h)
+        for t in range(h.shape[0]):
+            top = np.argsort(-p[t], kind="stable")[:k]
+            wt = p[t, top]
+            if mixtral or c.get("norm_topk_prob", False):
+                wt = wt / wt.sum()
+            for e, we in zip(top, wt):
+                out[t] += we * self.swiglu(h[t:t + 1], *self.expert(b, e))[0]
+        if b + "shared_expert.gate_proj.weight" in self.w:
+            s = self.swiglu(h, *(self.w[b + "shared_expert.%s.weight" % n]
+                                 for n in ("gate_proj", "up_proj", "down_proj")))
+            g = h @ self.w[b + "shared_expert_gate.weight"].T                # [T, 1]
+            out = out + s / (1.0 + np.exp(-g))
+        return out
+
     def lin(self, x, name):
         """nn.Linear: y = x @ W.T (+ b if the checkpoint has a bias)."""
         y = x @ self.w[name + ".weight"].T
@@ -153,6 +213,10 @@ class Llama:
             a = a.transpose(1, 0, 2).reshape(T, nh * hd)
             x = x + self.lin(a, p + "self_attn.o_proj")
             h = self.rmsnorm(x, p + "post_attention_layernorm.weight")
+            b = self.moe_layer(i)
+            if b is not None:
+                x = x + self.moe(h, b)
+                continue
             g = self.lin(h, p + "mlp.gate_proj")
             g = g / (1.0 + np.exp(-g))                                      # SiLU
             x = x + self.lin(g * self.lin(h, p + "mlp.up_proj"), p + "mlp.down_proj")

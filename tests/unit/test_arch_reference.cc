@@ -23,6 +23,7 @@
 #include "engine/model/llama_model.h"
 #include "engine/runtime/model_loader.h"
 #include "engine/runtime/offline_engine.h"
+#include "tests/unit/f64_reference.h"
 #include "tests/unit/tp_test_util.h"
 
 namespace tq {
@@ -43,38 +44,8 @@ std::vector<double> ReadNumbers(const std::string& path, char sep) {
   return out;
 }
 
-std::vector<int32_t> ParseIds(const std::string& line) {
-  std::vector<int32_t> ids;
-  std::stringstream ss(line);
-  std::string item;
-  while (std::getline(ss, item, ',')) ids.push_back(std::stoi(item));
-  return ids;
-}
-
-// TQREF1 (tests/reference/README.md): the prompt and its float64 logits.
-struct F64Logits {
-  std::vector<int32_t> tokens;
-  std::vector<double> logits;
-  int32_t vocab = 0;
-};
-
-F64Logits ReadLogits(const std::string& path) {
-  F64Logits ref;
-  std::ifstream in(path, std::ios::binary);
-  char magic[7] = {};
-  in.read(magic, 7);
-  EXPECT_EQ(std::string(magic, 7), "TQREF1\n") << path;
-  int32_t n = 0;
-  in.read(reinterpret_cast<char*>(&n), 4);
-  in.read(reinterpret_cast<char*>(&ref.vocab), 4);
-  ref.tokens.resize(static_cast<size_t>(n));
-  in.read(reinterpret_cast<char*>(ref.tokens.data()), 4 * n);
-  ref.logits.resize(static_cast<size_t>(n) * ref.vocab);
-  in.read(reinterpret_cast<char*>(ref.logits.data()),
-          static_cast<std::streamsize>(8 * ref.logits.size()));
-  EXPECT_TRUE(in.good()) << path << " truncated";
-  return ref;
-}
+using testing::F64Logits;
+using testing::ReadLogits;
 
 EngineOptions Options(const std::string& dir, kernels::KvDtype dtype = kernels::KvDtype::kF32,
                       int tp = 1) {
@@ -125,12 +96,8 @@ double MaxLogitError(const std::string& arch, int chunk) {
   OfflineEngine gen(o);
   EXPECT_EQ(ref.vocab, gen.files().config.vocab_size);
   const std::vector<float> logits = gen.PromptLogits(ref.tokens);
-  EXPECT_EQ(logits.size(), ref.logits.size());
-  double err = 0, largest = 0;
-  for (size_t i = 0; i < logits.size() && i < ref.logits.size(); ++i) {
-    err = std::max(err, std::abs(static_cast<double>(logits[i]) - ref.logits[i]));
-    largest = std::max(largest, std::abs(ref.logits[i]));
-  }
+  double largest = 0;
+  const double err = testing::MaxErrorAgainst(ref, logits, &largest);
   std::printf("%s: max |logit - float64| over %zu logits (chunk %d) = %.3g (max |logit| %.3g)\n",
               arch.c_str(), logits.size(), chunk, err, largest);
   return err;
@@ -142,15 +109,12 @@ TEST_P(ArchReference, LogitsOf64TokensMatchFloat64Within1e3) {
 }
 
 TEST_P(ArchReference, ThirtyTwoGreedyTokensMatchFloat64) {
-  std::ifstream in(std::string(TQ_REF_DIR) + "/arch_" + GetParam() + "_greedy.txt");
-  std::string prompt_line, greedy_line;
-  ASSERT_TRUE(std::getline(in, prompt_line) && std::getline(in, greedy_line));
-  const std::vector<int32_t> prompt = ParseIds(prompt_line);
-  const std::vector<int32_t> want = ParseIds(greedy_line);
-  ASSERT_EQ(want.size(), 32u);
+  const testing::GreedyRef want =
+      testing::ReadGreedy(std::string(TQ_REF_DIR) + "/arch_" + GetParam() + "_greedy.txt");
+  ASSERT_EQ(want.tokens.size(), 32u);
   LoadedModel m = LoadModel(Options(ModelDir(GetParam())));
-  const testing::GreedyRun got = testing::GreedyDecode(*m.executor, prompt, 32);
-  EXPECT_EQ(got.tokens, want);
+  const testing::GreedyRun got = testing::GreedyDecode(*m.executor, want.prompt, 32);
+  EXPECT_EQ(got.tokens, want.tokens);
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, ArchReference,
@@ -171,13 +135,7 @@ TEST_P(ArchTensorParallel, TwoRanksMatchOne) {
     LoadedModel two = LoadModel(Options(ModelDir(GetParam()), dtype, 2));
     const testing::GreedyRun got = testing::GreedyDecode(*two.executor, prompt, 24);
     ASSERT_EQ(got.tokens, want.tokens);
-    double worst = 0;
-    for (size_t s = 0; s < want.logits.size(); ++s) {
-      for (size_t i = 0; i < want.logits[s].size(); ++i) {
-        worst = std::max(worst, std::abs(double{got.logits[s][i]} - want.logits[s][i]));
-      }
-    }
-    EXPECT_LE(worst, tolerance);
+    EXPECT_LE(testing::MaxLogitDiff(got, want), tolerance);
   }
 }
 

@@ -198,7 +198,8 @@ TEST_F(ModelConfigTest, RejectsUnsupportedArchitecture) {
     EXPECT_EQ(std::string(e.what()),
               (dir_ / "config.json").string() +
                   ": unsupported architecture 'GPT2LMHeadModel' (supported: LlamaForCausalLM, "
-                  "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
+                  "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, "
+                  "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM)");
   }
 }
 
@@ -316,6 +317,70 @@ TEST_F(ModelConfigTest, ModelPathThatIsAFile) {
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("not a directory"));
+  }
+}
+
+}  // namespace
+}  // namespace tq
+
+namespace tq {
+namespace {
+
+// The MoE families' config.json fields (transformers configuration_mixtral /
+// configuration_qwen2_moe / configuration_qwen3_moe): Mixtral's experts are
+// intermediate_size wide and always renormalised, training-only keys are
+// ignored; the Qwen MoE defaults are transformers' (Qwen2-MoE: 60 experts,
+// top 4, 1408 wide, shared expert 5632, q/k/v biases; Qwen3-MoE: 128, top 8,
+// 768); decoder_sparse_step and mlp_only_layers pick the sparse layers.
+class MoeConfigTest : public testing::TempDirTest {
+ protected:
+  ModelConfig Load(const std::string& fields) {
+    std::ofstream(dir_ / "config.json")
+        << R"({"hidden_size":64,"intermediate_size":128,"num_hidden_layers":4,)"
+           R"("num_attention_heads":4,"vocab_size":100,)" +
+               fields + "}";
+    return LoadModelFiles(dir_.string()).config;
+  }
+};
+
+TEST_F(MoeConfigTest, MixtralQwen2MoeAndQwen3MoeFields) {
+  ModelConfig c = Load(
+      R"("architectures":["MixtralForCausalLM"],"num_local_experts":8,"num_experts_per_tok":2,)"
+      R"("router_aux_loss_coef":0.02,"router_jitter_noise":0.1,"output_router_logits":true)");
+  EXPECT_EQ(c.moe.num_experts, 8);
+  EXPECT_EQ(c.moe.num_experts_per_tok, 2);
+  EXPECT_EQ(c.moe.moe_intermediate_size, 128);
+  EXPECT_TRUE(c.moe.norm_topk_prob);
+  EXPECT_EQ(c.moe.block, "block_sparse_moe");
+  EXPECT_EQ(c.moe.gate_proj + c.moe.up_proj + c.moe.down_proj, "w1w3w2");
+  for (int32_t l = 0; l < 4; ++l) EXPECT_TRUE(c.moe.Sparse(l)) << l;
+
+  c = Load(R"("model_type":"qwen2_moe","decoder_sparse_step":2,"mlp_only_layers":[3])");
+  EXPECT_EQ(c.architecture, "Qwen2MoeForCausalLM");
+  EXPECT_EQ(c.moe.num_experts, 60);
+  EXPECT_EQ(c.moe.num_experts_per_tok, 4);
+  EXPECT_EQ(c.moe.moe_intermediate_size, 1408);
+  EXPECT_EQ(c.moe.shared_expert_intermediate_size, 5632);
+  EXPECT_FALSE(c.moe.norm_topk_prob);
+  EXPECT_TRUE(c.qkv_bias);
+  // (l + 1) % 2 == 0 and l not in mlp_only_layers: only layer 1.
+  EXPECT_TRUE(!c.moe.Sparse(0) && c.moe.Sparse(1) && !c.moe.Sparse(2) && !c.moe.Sparse(3));
+
+  c = Load(R"("architectures":["Qwen3MoeForCausalLM"],"norm_topk_prob":true,"head_dim":32)");
+  EXPECT_EQ(c.moe.num_experts, 128);
+  EXPECT_EQ(c.moe.num_experts_per_tok, 8);
+  EXPECT_EQ(c.moe.moe_intermediate_size, 768);
+  EXPECT_EQ(c.moe.shared_expert_intermediate_size, 0);
+  EXPECT_TRUE(c.moe.norm_topk_prob && c.qk_norm && !c.qkv_bias);
+}
+
+TEST_F(MoeConfigTest, TopKBeyondTheExpertsIsRefusedInOneLine) {
+  try {
+    Load(R"("architectures":["Qwen3MoeForCausalLM"],"num_experts":4,"num_experts_per_tok":8)");
+    ADD_FAILURE() << "loaded";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("num_experts_per_tok 8 exceeds the 4 experts"));
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
   }
 }
 

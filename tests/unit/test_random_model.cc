@@ -103,7 +103,7 @@ TEST_F(RandomModelTest, PresetsMatchPublishedParameterCounts) {
   EXPECT_LT(CountParams(tiny), 115'000'000u);
   EXPECT_EQ(tiny.head_dim, 64);
   EXPECT_EQ(tiny.vocab_size, 32000);
-  EXPECT_EQ(RandomModelPresetNames().size(), 7u);
+  EXPECT_EQ(RandomModelPresetNames().size(), 10u);
   try {
     RandomModelPreset("gpt-5");
     FAIL();
@@ -111,6 +111,25 @@ TEST_F(RandomModelTest, PresetsMatchPublishedParameterCounts) {
     EXPECT_THAT(e.what(), HasSubstr("'gpt-5'"));
     EXPECT_THAT(e.what(), HasSubstr("llama2-7b"));
   }
+}
+
+// The mixture-of-experts presets (issue 42) against the parameter counts
+// their model cards publish (safetensors metadata): Qwen3-30B-A3B
+// 30,532,122,624; Mixtral-8x7B-v0.1 46,702,792,704; Qwen1.5-MoE-A2.7B
+// 14,315,784,192 (every expert, the routers and the shared expert counted).
+TEST_F(RandomModelTest, MoePresetsMatchPublishedParameterCounts) {
+  const ModelConfig q3 = RandomModelPreset("qwen3-30b-a3b");
+  EXPECT_EQ(NumParams(q3), 30532122624ull);
+  EXPECT_EQ(q3.moe.num_experts, 128);
+  EXPECT_EQ(q3.moe.num_experts_per_tok, 8);
+  const ModelConfig mx = RandomModelPreset("mixtral-8x7b");
+  EXPECT_EQ(NumParams(mx), 46702792704ull);
+  EXPECT_EQ(mx.moe.moe_intermediate_size, 14336);
+  const ModelConfig q2 = RandomModelPreset("qwen1.5-moe-a2.7b");
+  EXPECT_EQ(NumParams(q2), 14315784192ull);
+  EXPECT_EQ(q2.moe.shared_expert_intermediate_size, 5632);
+  // A dense preset: NumParams agrees with this file's own count.
+  EXPECT_EQ(NumParams(RandomModelPreset("qwen2.5-0.5b")), 494032768ull);
 }
 
 // The shapes of issue 15 against the parameter counts their model cards

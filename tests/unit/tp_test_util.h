@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -23,6 +24,19 @@ struct GreedyRun {
   std::vector<int32_t> tokens;             // generated
   std::vector<std::vector<float>> logits;  // [step][vocab]
 };
+
+/// Max |a - b| over every step's logits of two runs of the same length.
+inline double MaxLogitDiff(const GreedyRun& a, const GreedyRun& b) {
+  double worst = 0;
+  EXPECT_EQ(a.logits.size(), b.logits.size());
+  for (size_t s = 0; s < a.logits.size() && s < b.logits.size(); ++s) {
+    EXPECT_EQ(a.logits[s].size(), b.logits[s].size());
+    for (size_t i = 0; i < a.logits[s].size() && i < b.logits[s].size(); ++i) {
+      worst = std::max(worst, std::abs(double{a.logits[s][i]} - b.logits[s][i]));
+    }
+  }
+  return worst;
+}
 
 /// Prefills `prompt` in one step, then decodes `steps` tokens greedily (argmax,
 /// first index on ties) one step at a time, through `forward` with a fresh
