@@ -39,6 +39,7 @@
 #include "engine/model/model_config.h"
 #include "engine/runtime/offline_engine.h"
 #include "engine/sampling/sampling_params.h"
+#include "kernels/cpu/cpu_isa.h"
 
 namespace {
 
@@ -204,8 +205,9 @@ int main(int argc, char** argv) {
         static_cast<unsigned long long>(CheckpointBytes(flags.model)));
     std::printf("- weights streamed per decode token (fp32): %.1f MiB\n",
                 per_token * 4 / 1048576.0);
-    std::printf("- cpu: %s, %u hardware threads; load average at start: %s\n", CpuModel().c_str(),
-                std::thread::hardware_concurrency(), LoadAvg().c_str());
+    std::printf("- cpu: %s, %u hardware threads, kernels %s; load average at start: %s\n",
+                CpuModel().c_str(), std::thread::hardware_concurrency(),
+                tq::kernels::cpu::CpuIsaName(tq::kernels::cpu::ActiveCpuIsa()), LoadAvg().c_str());
     std::printf(
         "- prefill: %d-token prompt, chunks of %d, Generate(max_tokens=1); decode: %d "
         "tokens from a %d-token prompt, first token excluded; %d repeats, thread "

@@ -55,10 +55,15 @@
 #include "engine/model/model_config.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/kv_codec.h"
-#include "kernels/cpu/simd.h"
 #include "kernels/kv_layout.h"
 #include "kernels/tq/bitplanes.h"
 #include "kernels/tq/rotation.h"
+// simd.h's Dot compiled for this file's own flags (-march=native under
+// TQ_NATIVE, tq_target_cpu_isa below in bench/CMakeLists.txt): level 0 of
+// isa_begin.h takes the ISA of the command line, in namespace isa_baseline.
+#define TQ_CPU_ISA_LEVEL 0
+#include "kernels/cpu/isa_begin.h"
+#include "kernels/cpu/simd.h"
 
 namespace {
 
@@ -224,7 +229,8 @@ void Breakdown(const std::vector<Case>& cases, const std::vector<int32_t>& table
     };
     auto dots = [&](int32_t h) {
       for (int32_t g = 0; g < group; ++g)
-        sink += cpu::Dot(q.data() + (h * group + g) * kHeadDim, head.data(), kHeadDim);
+        sink +=
+            cpu::isa_baseline::Dot(q.data() + (h * group + g) * kHeadDim, head.data(), kHeadDim);
     };
     auto axpy = [&](int32_t j) {
       const float w = 1e-4f * static_cast<float>(j & 7);

@@ -167,9 +167,10 @@ struct CpuMatMulChoice {
 };
 
 /// The choice from the environment: TQ_CPU_INT_MATMUL unset, "on" or "1" =
-/// integer on the best ISA of this CPU; "off" or "0" = the float kernels;
-/// "avx512-vnni", "avx2", "scalar" = integer on that ISA. Throws
-/// std::invalid_argument for another value or an ISA this CPU lacks.
+/// integer on the ISA of the active kernel level (cpu::ActiveCpuIsa():
+/// x86-64 scalar, avx2 and avx512 AVX2, avx512-vnni and native the best); "off" or "0" = the float
+/// kernels; "avx512-vnni", "avx2", "scalar" = integer on that ISA. Throws std::invalid_argument for
+/// another value or an ISA this CPU lacks.
 CpuMatMulChoice CpuMatMulChoiceFromEnv();
 
 /// Creates the CPU backend with CpuThreadCount(num_threads) compute threads

@@ -16,6 +16,7 @@
 #include "engine/runtime/model_loader.h"
 #include "engine/structured/grammar_cache.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "kernels/cpu/cpu_isa.h"
 
 namespace tq {
 namespace {
@@ -63,6 +64,7 @@ EngineInfo DescribeEngine(const EngineOptions& options, const LoadedModel& m) {
   }
   info.device = std::string(m.executor->backend().Name());
   info.device_note = m.device_note;
+  info.cpu_isa = kernels::cpu::CpuIsaName(kernels::cpu::ActiveCpuIsa());
   return info;
 }
 

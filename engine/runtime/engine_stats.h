@@ -46,6 +46,10 @@ struct EngineInfo {
   std::string kv_dtype_choice;
   std::vector<std::pair<std::string, double>> kv_quality_ratios;
   std::string device = "cpu";
+  // The CPU kernels' instruction-set level (kernels/cpu/cpu_isa.h CpuIsaName:
+  // "x86-64", "avx2", "avx512", "avx512-vnni", "native"); they run on every
+  // device (sampling, and everything on --device cpu).
+  std::string cpu_isa;
   // Tensor-parallel ranks; the byte counts above are their sums.
   std::vector<RankMemory> ranks;
   std::string device_note;  // why --device auto runs on the CPU; "" otherwise

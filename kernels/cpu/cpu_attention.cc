@@ -14,16 +14,15 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/kv_codec.h"
 #include "kernels/cpu/plain_attention.h"
-#include "kernels/cpu/simd.h"
 #include "kernels/cpu/softmax.h"
 #include "kernels/half.h"
 #include "kernels/tq/rotation.h"
 
-#if defined(__AVX2__)
-#include <immintrin.h>
-#endif
+// This level's part of the file (isa_begin.h): everything above is baseline code.
+#include "kernels/cpu/isa_begin.h"
+#include "kernels/cpu/simd.h"
 
-namespace tq::kernels::cpu {
+namespace tq::kernels::cpu::TQ_CPU_ISA_NS {
 namespace {
 
 constexpr int32_t kMaxSinkTokens = 8;
@@ -162,7 +161,7 @@ inline Codebook MakeCodebook(const float* centroids, int32_t bits) {
 // centroids[idx] per lane from the low B bits of idx (higher bits ignored), 2 <= B <= 4.
 template <int B>
 inline v8f Lookup(const Codebook& cb, v8u idx) {
-#if defined(__AVX2__)
+#if TQ_ISA_AVX2
   // vpermps reads the low 3 bits; fewer index bits need the rest cleared.
   const __m256i i = reinterpret_cast<__m256i>(B < 3 ? idx & ((1u << B) - 1u) : idx);
   const __m256 lo = _mm256_permutevar8x32_ps(reinterpret_cast<__m256>(cb.lo), i);
@@ -469,7 +468,7 @@ inline void PrefetchTile(const TileRecords& r, int32_t code_bytes) {
 
 // The 8 fp16 norms (0 for lanes >= n).
 inline v8f LoadNorms(const TileRecords& r, int32_t n) {
-#if defined(__F16C__)
+#if TQ_ISA_F16C
   alignas(16) uint16_t h[kTile] = {};
   for (int32_t k = 0; k < n; ++k) std::memcpy(&h[k], r.params[k], 2);
   __m128i hv;
@@ -652,10 +651,10 @@ void KvWrite(const KvWriteParams& p) {
     for (int32_t h = 0; h < l.num_kv_heads; ++h) {
       const KvRecordAddress ka = RecordAddress(l, krec, slot, h);
       const KvRecordAddress va = RecordAddress(l, vrec, slot, h);
-      EncodeRecord(p.k + t * row + h * l.head_dim, l, p.cache.tq, KvSide::kKey, h,
-                   kpool + ka.code_offset, kpool + ka.param_offset, scratch.data());
-      EncodeRecord(p.v + t * row + h * l.head_dim, l, p.cache.tq, KvSide::kValue, h,
-                   vpool + va.code_offset, vpool + va.param_offset, scratch.data());
+      TQ_CPU_ISA_NS::EncodeRecord(p.k + t * row + h * l.head_dim, l, p.cache.tq, KvSide::kKey, h,
+                                  kpool + ka.code_offset, kpool + ka.param_offset, scratch.data());
+      TQ_CPU_ISA_NS::EncodeRecord(p.v + t * row + h * l.head_dim, l, p.cache.tq, KvSide::kValue, h,
+                                  vpool + va.code_offset, vpool + va.param_offset, scratch.data());
     }
     // Sink positions are also kept exact, in their first block's sink row.
     if (p.cache.sink_k && p.positions && p.positions[t] < p.cache.sink_tokens) {
@@ -726,8 +725,8 @@ void PagedAttention(const PagedAttentionParams& p, ThreadPool& pool) {
       // buffer) and shared by the group's query heads.
       for (int32_t j = 0; j < ctx; ++j) {
         const KvRecordAddress a = RecordAddress(l, krec, SlotOf(table, j, l.block_size), kv_head);
-        DecodeRecord(kpool + a.code_offset, kpool + a.param_offset, l, p.cache.tq, KvSide::kKey,
-                     kv_head, head.data());
+        TQ_CPU_ISA_NS::DecodeRecord(kpool + a.code_offset, kpool + a.param_offset, l, p.cache.tq,
+                                    KvSide::kKey, kv_head, head.data());
         if (pre_rope_keys) RopeKey(head.data(), j, *p.cache.tq, hd);
         const float* key = head.data();
         for (int32_t g = 0; g < group; ++g) {
@@ -744,8 +743,8 @@ void PagedAttention(const PagedAttentionParams& p, ThreadPool& pool) {
       std::fill(out0, out0 + static_cast<int64_t>(group) * hd, 0.0f);
       for (int32_t j = 0; j < ctx; ++j) {
         const KvRecordAddress a = RecordAddress(l, vrec, SlotOf(table, j, l.block_size), kv_head);
-        DecodeRecord(vpool + a.code_offset, vpool + a.param_offset, l, p.cache.tq, KvSide::kValue,
-                     kv_head, head.data());
+        TQ_CPU_ISA_NS::DecodeRecord(vpool + a.code_offset, vpool + a.param_offset, l, p.cache.tq,
+                                    KvSide::kValue, kv_head, head.data());
         const float* value = head.data();
         for (int32_t g = 0; g < group; ++g) {
           const float w = scores[static_cast<size_t>(g) * ctx + j];
@@ -762,4 +761,6 @@ void PagedAttention(const PagedAttentionParams& p, ThreadPool& pool) {
   });
 }
 
-}  // namespace tq::kernels::cpu
+}  // namespace tq::kernels::cpu::TQ_CPU_ISA_NS
+
+#include "kernels/cpu/isa_end.h"

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_topk.h"
 #include "kernels/cpu/thread_pool.h"
@@ -69,18 +70,7 @@ class CpuBackend final : public Backend {
 
   void Embedding(const EmbeddingParams& p) override { cpu::Embedding(p, pool_); }
 
-  void RmsNorm(const RmsNormParams& p) override {
-    pool_.ParallelFor(p.rows, 16, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const float* x = p.x + r * p.dim;
-        float* out = p.out + r * p.dim;
-        double sum_sq = 0.0;
-        for (int32_t i = 0; i < p.dim; ++i) sum_sq += static_cast<double>(x[i]) * x[i];
-        const float inv = 1.0f / std::sqrt(static_cast<float>(sum_sq / p.dim) + p.eps);
-        for (int32_t i = 0; i < p.dim; ++i) out[i] = x[i] * inv * p.weight[i];
-      }
-    });
-  }
+  void RmsNorm(const RmsNormParams& p) override { cpu::RmsNorm(p, pool_); }
 
   WeightView PrepareWeight(const WeightView& w, BackendBuffer* storage) override {
     if (choice_.integer && cpu::CanTileInt(w)) {
@@ -124,38 +114,9 @@ class CpuBackend final : public Backend {
     if (p.bias) AddBias(p.out, p.bias, p.rows, p.w.out_features);
   }
 
-  void Rope(const RopeParams& p) override {
-    const int32_t half = p.head_dim / 2;
-    pool_.ParallelFor(p.num_tokens, 16, [&](int64_t begin, int64_t end) {
-      for (int64_t t = begin; t < end; ++t) {
-        const float pos = static_cast<float>(p.positions[t]);
-        for (int32_t i = 0; i < half; ++i) {
-          // Angles in double: pos * inv_freq reaches 1e5 rad at long contexts,
-          // where float loses the fractional part that sin/cos need.
-          const double angle = static_cast<double>(pos) * p.inv_freq[i];
-          const float c = static_cast<float>(std::cos(angle)) * p.attention_scaling;
-          const float s = static_cast<float>(std::sin(angle)) * p.attention_scaling;
-          for (int32_t h = 0; h < p.num_heads; ++h) {
-            float* head = p.x + (t * p.num_heads + h) * p.head_dim;
-            const float x1 = head[i];
-            const float x2 = head[i + half];
-            head[i] = x1 * c - x2 * s;
-            head[i + half] = x2 * c + x1 * s;
-          }
-        }
-      }
-    });
-  }
+  void Rope(const RopeParams& p) override { cpu::Rope(p, pool_); }
 
-  void SiluMul(const SiluMulParams& p) override {
-    const int64_t n = static_cast<int64_t>(p.rows) * p.dim;
-    pool_.ParallelFor(n, 4096, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const float g = p.gate[i];
-        p.out[i] = g / (1.0f + std::exp(-g)) * p.up[i];
-      }
-    });
-  }
+  void SiluMul(const SiluMulParams& p) override { cpu::SiluMul(p, pool_); }
 
   void KvWrite(const KvWriteParams& p) override { cpu::KvWrite(p); }
 
@@ -188,9 +149,26 @@ int CpuThreadCount(int requested) {
   return requested <= 0 ? cores : std::min(requested, cores);
 }
 
+namespace {
+
+// The integer matmul's ISA at a kernel level (TQ_CPU_ISA=avx2 runs AVX2 there too).
+cpu::IntIsa IntIsaAt(cpu::CpuIsa isa) {
+  switch (isa) {
+    case cpu::CpuIsa::kBaseline:
+      return cpu::IntIsa::kScalar;
+    case cpu::CpuIsa::kAvx2:
+    case cpu::CpuIsa::kAvx512:
+      return cpu::IntIsa::kAvx2;
+    default:  // kAvx512Vnni, kNative
+      return cpu::BestIntIsa();
+  }
+}
+
+}  // namespace
+
 CpuMatMulChoice CpuMatMulChoiceFromEnv() {
   CpuMatMulChoice c;
-  c.isa = cpu::BestIntIsa();
+  c.isa = IntIsaAt(cpu::ActiveCpuIsa());
   const char* env = std::getenv("TQ_CPU_INT_MATMUL");
   const std::string v = env ? env : "";
   if (v.empty() || v == "1" || v == "on") return c;

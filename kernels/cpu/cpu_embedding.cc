@@ -9,7 +9,10 @@
 #include "kernels/cpu/weight_decode.h"
 #include "kernels/op_checks.h"
 
-namespace tq::kernels::cpu {
+// This level's part of the file (isa_begin.h): everything above is baseline code.
+#include "kernels/cpu/isa_begin.h"
+
+namespace tq::kernels::cpu::TQ_CPU_ISA_NS {
 
 void Embedding(const EmbeddingParams& p, ThreadPool& pool) {
   const WeightDtype d = p.table_dtype;
@@ -48,4 +51,6 @@ void Embedding(const EmbeddingParams& p, ThreadPool& pool) {
   });
 }
 
-}  // namespace tq::kernels::cpu
+}  // namespace tq::kernels::cpu::TQ_CPU_ISA_NS
+
+#include "kernels/cpu/isa_end.h"

@@ -11,16 +11,19 @@
 #include <algorithm>
 
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/matmul_tile.h"
 #include "kernels/cpu/x86_intrin.h"
 #include "kernels/half.h"
 
-namespace tq::kernels::cpu {
+// This level's part of the file (isa_begin.h): everything above is baseline code.
+#include "kernels/cpu/isa_begin.h"
+#include "kernels/cpu/matmul_tile.h"
+
+namespace tq::kernels::cpu::TQ_CPU_ISA_NS {
 namespace {
 
 // fp16 bits -> float, one instruction with F16C (exact either way).
 inline float HalfBitsToFloat(uint16_t h) {
-#if defined(__F16C__)
+#if TQ_ISA_F16C
   return _cvtsh_ss(h);
 #else
   return HalfToFloat(h);
@@ -32,7 +35,7 @@ inline float HalfBitsToFloat(uint16_t h) {
 // byte j.
 template <WeightDtype D>
 inline Vec LoadCodes(const uint8_t* row, int64_t i) {
-#if defined(__AVX512F__)
+#if TQ_ISA_AVX512F
   __m128i bytes;
   if constexpr (D == WeightDtype::kInt8) {
     bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + i));
@@ -43,7 +46,7 @@ inline Vec LoadCodes(const uint8_t* row, int64_t i) {
                               _mm_and_si128(_mm_srli_epi16(packed, 4), mask));
   }
   return reinterpret_cast<Vec>(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes)));
-#elif defined(__AVX2__)
+#elif TQ_ISA_AVX2
   __m128i bytes;
   if constexpr (D == WeightDtype::kInt8) {
     bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + i));
@@ -66,7 +69,7 @@ inline Vec LoadCodes(const uint8_t* row, int64_t i) {
 #endif
 }
 
-#if defined(__AVX512F__)
+#if TQ_ISA_AVX512F
 // int4 on AVX-512: a group of one row has only 16 distinct weights, so the
 // kernel builds the table t[j] = (float(j) - zero) * scale once per group
 // (the very values the decoder computes) and looks codes up with one vpermps,
@@ -223,4 +226,6 @@ void Gemv(const MatMulParams& p, ThreadPool& pool) {
   }
 }
 
-}  // namespace tq::kernels::cpu
+}  // namespace tq::kernels::cpu::TQ_CPU_ISA_NS
+
+#include "kernels/cpu/isa_end.h"

@@ -1,4 +1,6 @@
 // CPU kernel entry points shared by the CPU backend's translation units.
+// Those listed in isa_kernels.h run the copy of the active ISA level
+// (cpu_isa.h); the integer matmul chooses its ISA itself (IntIsa).
 #pragma once
 
 #include <cstddef>
@@ -36,8 +38,8 @@ void MatMulPanels(const MatMulParams& p, ThreadPool& pool);
 void MatMulPacked(const MatMulParams& p, ThreadPool& pool);
 
 /// Whether Gemv handles p: one row of x and f16/bf16 weights, or int8/int4
-/// weights whose groups are whole SIMD chunks (group_size a multiple of 16 on
-/// AVX-512 builds, of 8 otherwise).
+/// weights whose groups are whole SIMD chunks (group_size a multiple of 16 at
+/// the AVX-512 levels, of 8 otherwise: the active level's SIMD width).
 bool GemvSupported(const MatMulParams& p);
 
 /// The decode GEMV for packed weights, decoding into registers; same bits as
@@ -85,5 +87,10 @@ void PagedAttention(const PagedAttentionParams& p, ThreadPool& pool);
 
 /// Writes K/V rows into their slots, converting to the pool's dtype.
 void KvWrite(const KvWriteParams& p);
+
+/// The row-wise ops of the CPU backend (op_params.h), rows split over the pool.
+void RmsNorm(const RmsNormParams& p, ThreadPool& pool);
+void Rope(const RopeParams& p, ThreadPool& pool);
+void SiluMul(const SiluMulParams& p, ThreadPool& pool);
 
 }  // namespace tq::kernels::cpu

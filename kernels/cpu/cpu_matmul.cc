@@ -8,9 +8,12 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_kernels.h"
+
+// This level's part of the file (isa_begin.h): everything above is baseline code.
+#include "kernels/cpu/isa_begin.h"
 #include "kernels/cpu/matmul_tile.h"
 
-namespace tq::kernels::cpu {
+namespace tq::kernels::cpu::TQ_CPU_ISA_NS {
 
 void MatMul(const MatMulParams& p, ThreadPool& pool) {
   const int64_t n = p.w.out_features;
@@ -38,4 +41,6 @@ void MatMul(const MatMulParams& p, ThreadPool& pool) {
   });
 }
 
-}  // namespace tq::kernels::cpu
+}  // namespace tq::kernels::cpu::TQ_CPU_ISA_NS
+
+#include "kernels/cpu/isa_end.h"

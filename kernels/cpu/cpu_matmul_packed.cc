@@ -9,10 +9,13 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/matmul_tile.h"
 #include "kernels/cpu/weight_decode.h"
 
-namespace tq::kernels::cpu {
+// This level's part of the file (isa_begin.h): everything above is baseline code.
+#include "kernels/cpu/isa_begin.h"
+#include "kernels/cpu/matmul_tile.h"
+
+namespace tq::kernels::cpu::TQ_CPU_ISA_NS {
 namespace {
 
 // Decoded block size: half of a Zen 4/5 L2 (1 MiB), so the block and the
@@ -47,4 +50,6 @@ void MatMulPacked(const MatMulParams& p, ThreadPool& pool) {
   });
 }
 
-}  // namespace tq::kernels::cpu
+}  // namespace tq::kernels::cpu::TQ_CPU_ISA_NS
+
+#include "kernels/cpu/isa_end.h"

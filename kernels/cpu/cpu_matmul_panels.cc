@@ -16,12 +16,15 @@
 #include <stdexcept>
 
 #include "kernels/cpu/cpu_kernels.h"
+
+// This level's part of the file (isa_begin.h): everything above is baseline code.
+#include "kernels/cpu/isa_begin.h"
 #include "kernels/cpu/matmul_tile.h"
 
-namespace tq::kernels::cpu {
+namespace tq::kernels::cpu::TQ_CPU_ISA_NS {
 namespace {
 
-#ifdef __AVX512F__
+#if TQ_ISA_AVX512F
 constexpr int kPanelRowTile = 6;  // 6 x 4 accumulators + 4 panel vectors of 32 registers
 #else
 constexpr int kPanelRowTile = 1;  // 8 accumulators + 8 panel vectors of 16 AVX2 registers
@@ -161,4 +164,6 @@ void MatMulPanels(const MatMulParams& p, ThreadPool& pool) {
   }
 }
 
-}  // namespace tq::kernels::cpu
+}  // namespace tq::kernels::cpu::TQ_CPU_ISA_NS
+
+#include "kernels/cpu/isa_end.h"

@@ -7,11 +7,10 @@
 #include <functional>
 #include <limits>
 
-#include "kernels/backend.h"
-#include "kernels/op_checks.h"
+// This level's part of the file (isa_begin.h): everything above is baseline code.
+#include "kernels/cpu/isa_begin.h"
 
-namespace tq::kernels {
-namespace cpu {
+namespace tq::kernels::cpu::TQ_CPU_ISA_NS {
 namespace {
 
 // The Sampler's rule: NaN is -inf, so the orderings stay total.
@@ -89,26 +88,6 @@ void LogitsTopK(const LogitsTopKParams& p, ThreadPool& pool) {
   });
 }
 
-}  // namespace cpu
+}  // namespace tq::kernels::cpu::TQ_CPU_ISA_NS
 
-void Backend::LogitsTopK(const LogitsTopKParams& p) {
-  CheckLogitsTopK(Name(), p);
-  if (p.rows == 0) return;
-  const size_t rows = static_cast<size_t>(p.rows), k = static_cast<size_t>(p.k);
-  std::vector<float> logits(rows * static_cast<size_t>(p.vocab)), inv_t(rows), values(rows * k);
-  std::vector<int32_t> ids(rows * k);
-  std::vector<double> sum_exp(rows), sum_exp_scaled(rows);
-  CopyToHost(logits.data(), p.logits, logits.size() * sizeof(float));
-  CopyToHost(inv_t.data(), p.inv_temperature, rows * sizeof(float));
-  std::vector<float> scratch;
-  for (size_t r = 0; r < rows; ++r) {
-    cpu::LogitsTopKRow(logits.data() + r * p.vocab, p.vocab, p.k, inv_t[r], ids.data() + r * k,
-                       values.data() + r * k, &sum_exp[r], &sum_exp_scaled[r], &scratch);
-  }
-  CopyToDevice(p.ids, ids.data(), ids.size() * sizeof(int32_t));
-  CopyToDevice(p.values, values.data(), values.size() * sizeof(float));
-  CopyToDevice(p.sum_exp, sum_exp.data(), rows * sizeof(double));
-  CopyToDevice(p.sum_exp_scaled, sum_exp_scaled.data(), rows * sizeof(double));
-}
-
-}  // namespace tq::kernels
+#include "kernels/cpu/isa_end.h"

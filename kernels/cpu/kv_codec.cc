@@ -9,11 +9,10 @@
 #include "kernels/tq/bitplanes.h"
 #include "kernels/tq/rotation.h"
 
-#if defined(__F16C__)
-#include <immintrin.h>
-#endif
+// This level's part of the file (isa_begin.h): everything above is baseline code.
+#include "kernels/cpu/isa_begin.h"
 
-namespace tq::kernels::cpu {
+namespace tq::kernels::cpu::TQ_CPU_ISA_NS {
 namespace {
 
 void StoreHalf(uint8_t* dst, float v) {
@@ -32,7 +31,7 @@ float LoadHalf(const uint8_t* src) {
 // prefill 2.5x slower than fp32 (issue 22 item 3).
 void WidenHalf(const uint8_t* src, int32_t d, float* out) {
   int32_t i = 0;
-#if defined(__F16C__)
+#if TQ_ISA_F16C
   for (; i + 8 <= d; i += 8) {
     __m128i h;
     std::memcpy(&h, src + 2 * i, sizeof(h));
@@ -205,4 +204,6 @@ void DecodeRecord(const uint8_t* code, const uint8_t* param, const KvLayout& lay
   }
 }
 
-}  // namespace tq::kernels::cpu
+}  // namespace tq::kernels::cpu::TQ_CPU_ISA_NS
+
+#include "kernels/cpu/isa_end.h"

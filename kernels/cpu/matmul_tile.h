@@ -10,6 +10,10 @@
 // format's kernel follows this same order.
 #pragma once
 
+#ifndef TQ_CPU_ISA_NS
+#error "ISA-dependent header: include kernels/cpu/isa_begin.h first"
+#endif
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -19,9 +23,9 @@
 #include "kernels/half.h"
 #include "kernels/op_params.h"
 
-namespace tq::kernels::cpu {
+namespace tq::kernels::cpu::TQ_CPU_ISA_NS {
 
-#ifdef __AVX512F__
+#if TQ_ISA_AVX512F
 using Vec = v16f;
 constexpr int kColTile = 8;
 #else
@@ -43,10 +47,10 @@ inline Vec LoadVec(const float* p) {
 /// (GCC 12 vectorizes some tail multiplies and then adds them unfused), so
 /// that every kernel sharing this order also shares its bits.
 inline Vec MulAdd(Vec a, Vec b, Vec acc) {
-#if defined(__AVX512F__)
+#if TQ_ISA_AVX512F
   return reinterpret_cast<Vec>(_mm512_fmadd_ps(
       reinterpret_cast<__m512>(a), reinterpret_cast<__m512>(b), reinterpret_cast<__m512>(acc)));
-#elif defined(__FMA__)
+#elif TQ_ISA_FMA
   return reinterpret_cast<Vec>(_mm256_fmadd_ps(
       reinterpret_cast<__m256>(a), reinterpret_cast<__m256>(b), reinterpret_cast<__m256>(acc)));
 #else
@@ -55,7 +59,7 @@ inline Vec MulAdd(Vec a, Vec b, Vec acc) {
 }
 
 inline float MulAdd(float a, float b, float acc) {
-#if defined(__FMA__)
+#if TQ_ISA_FMA
   return std::fma(a, b, acc);
 #else
   return acc + a * b;
@@ -65,14 +69,14 @@ inline float MulAdd(float a, float b, float acc) {
 /// Weights [i, i + kLanes) of a 16-bit (kF16 or kBF16) row widened to fp32 (exact).
 template <WeightDtype D>
 inline Vec LoadWide(const uint16_t* row, int64_t i) {
-#if defined(__AVX512F__)
+#if TQ_ISA_AVX512F
   const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + i));
   if constexpr (D == WeightDtype::kF16) {
     return reinterpret_cast<Vec>(_mm512_cvtph_ps(h));
   } else {
     return reinterpret_cast<Vec>(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
-#elif defined(__AVX2__) && defined(__F16C__)
+#elif TQ_ISA_AVX2 && TQ_ISA_F16C
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + i));
   if constexpr (D == WeightDtype::kF16) {
     return reinterpret_cast<Vec>(_mm256_cvtph_ps(h));
@@ -159,4 +163,4 @@ void RowBlock(const MatMulParams& p, int64_t row, const float* w_rows, int64_t c
   }
 }
 
-}  // namespace tq::kernels::cpu
+}  // namespace tq::kernels::cpu::TQ_CPU_ISA_NS

@@ -26,12 +26,15 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/cpu/simd.h"
 #include "kernels/cpu/softmax.h"
 #include "kernels/cpu/x86_intrin.h"
 #include "kernels/half.h"
 
-namespace tq::kernels::cpu {
+// This level's part of the file (isa_begin.h): everything above is baseline code.
+#include "kernels/cpu/isa_begin.h"
+#include "kernels/cpu/simd.h"
+
+namespace tq::kernels::cpu::TQ_CPU_ISA_NS {
 namespace {
 
 typedef uint16_t v8h __attribute__((vector_size(16)));
@@ -59,7 +62,7 @@ struct F16Elems {
     return HalfToFloat(h);
   }
   static v8f Load8(const uint8_t* r, int32_t i) {
-#if defined(__F16C__)
+#if TQ_ISA_F16C
     __m128i h;
     std::memcpy(&h, r + 2 * static_cast<size_t>(i), sizeof(h));
     return reinterpret_cast<v8f>(_mm256_cvtph_ps(h));
@@ -88,7 +91,7 @@ struct Bf16Elems {
 // a·b + c per lane: one fused multiply-add (one rounding) where the CPU has
 // FMA, else a rounded product and a rounded sum; the same for every caller.
 inline v8f MulAdd(v8f a, v8f b, v8f c) {
-#if defined(__FMA__)
+#if TQ_ISA_FMA
   return reinterpret_cast<v8f>(_mm256_fmadd_ps(
       reinterpret_cast<__m256>(a), reinterpret_cast<__m256>(b), reinterpret_cast<__m256>(c)));
 #else
@@ -112,7 +115,7 @@ constexpr int32_t kTilePositions = 32;  // positions per tile: 16 KiB of fp32 re
 // same order (((v0+v1)+(v2+v3))+((v4+v5)+(v6+v7)) per vector), done on the
 // eight vectors at once.
 inline v8f HorizontalSums8(const v8f* a) {
-#if defined(__AVX__)
+#if TQ_ISA_AVX
   auto m = [&](int32_t k) { return reinterpret_cast<__m256>(a[k]); };
   const __m256 h01 = _mm256_hadd_ps(m(0), m(1));  // a0: 01 23, a1: 01 23 | a0: 45 67, a1: 45 67
   const __m256 h23 = _mm256_hadd_ps(m(2), m(3));
@@ -385,4 +388,6 @@ void PlainPagedAttention(const PagedAttentionParams& p, ThreadPool& pool) {
   }
 }
 
-}  // namespace tq::kernels::cpu
+}  // namespace tq::kernels::cpu::TQ_CPU_ISA_NS
+
+#include "kernels/cpu/isa_end.h"

@@ -1,12 +1,16 @@
 // Portable 8-wide float SIMD for the CPU kernels: GCC/Clang vector extensions,
-// which become AVX/AVX-512 instructions with -march=native and pairs of SSE
+// which become AVX/AVX-512 instructions in the avx2/avx512 levels (isa_begin.h) and pairs of SSE
 // instructions without it. No intrinsics, so the same code builds anywhere.
 #pragma once
+
+#ifndef TQ_CPU_ISA_NS
+#error "ISA-dependent header: include kernels/cpu/isa_begin.h first"
+#endif
 
 #include <cstdint>
 #include <cstring>
 
-namespace tq::kernels::cpu {
+namespace tq::kernels::cpu::TQ_CPU_ISA_NS {
 
 typedef float v8f __attribute__((vector_size(32)));
 
@@ -57,4 +61,4 @@ inline float Dot(const float* a, const float* b, int64_t n) {
   return sum;
 }
 
-}  // namespace tq::kernels::cpu
+}  // namespace tq::kernels::cpu::TQ_CPU_ISA_NS

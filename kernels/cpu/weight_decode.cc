@@ -10,7 +10,10 @@
 #include "kernels/cpu/x86_intrin.h"
 #include "kernels/half.h"
 
-namespace tq::kernels::cpu {
+// This level's part of the file (isa_begin.h): everything above is baseline code.
+#include "kernels/cpu/isa_begin.h"
+
+namespace tq::kernels::cpu::TQ_CPU_ISA_NS {
 namespace {
 
 typedef uint16_t v16u16 __attribute__((vector_size(32)));
@@ -24,12 +27,12 @@ inline V LoadU(const void* p) {
 
 void DecodeF16(const uint16_t* src, int64_t k, float* dst) {
   int64_t i = 0;
-#if defined(__AVX512F__)
+#if TQ_ISA_AVX512F
   for (; i + 16 <= k; i += 16) {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
     _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(h));
   }
-#elif defined(__F16C__)
+#elif TQ_ISA_F16C
   for (; i + 8 <= k; i += 8) {
     _mm256_storeu_ps(dst + i,
                      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
@@ -51,12 +54,12 @@ void DecodeBf16(const uint16_t* src, int64_t k, float* dst) {
 // -> dst[0..16) = (float(code) - zero) * scale. The intrinsic paths compute
 // exactly what the scalar path computes, lane by lane.
 inline void Dequantize16(const uint8_t* codes, float scale, float zero, float* dst) {
-#if defined(__AVX512F__)
+#if TQ_ISA_AVX512F
   const __m512 f = _mm512_cvtepi32_ps(
       _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes))));
   _mm512_storeu_ps(dst,
                    _mm512_mul_ps(_mm512_sub_ps(f, _mm512_set1_ps(zero)), _mm512_set1_ps(scale)));
-#elif defined(__AVX2__)
+#elif TQ_ISA_AVX2
   for (int h = 0; h < 16; h += 8) {
     const __m256 f = _mm256_cvtepi32_ps(
         _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + h))));
@@ -156,4 +159,6 @@ void DecodeWeightRow(const WeightView& w, int64_t o, float* dst) {
   }
 }
 
-}  // namespace tq::kernels::cpu
+}  // namespace tq::kernels::cpu::TQ_CPU_ISA_NS
+
+#include "kernels/cpu/isa_end.h"

@@ -268,6 +268,7 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::GetServerInfo(grpc::CallbackSer
         // (--expose-server-details): they help an attacker more than a client.
         if (options_.server_details) response->set_model_dir(info.model_dir);
         response->set_device(info.device);
+        response->set_cpu_isa(info.cpu_isa);
         pb::KvCacheInfo* kv = response->mutable_kv_cache();
         kv->set_dtype(info.kv_cache_dtype);
         kv->set_block_size(info.block_size);

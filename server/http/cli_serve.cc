@@ -25,6 +25,7 @@
 #include "engine/quant/quant_config.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/offline_engine.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "server/cli_commands.h"
 #include "server/grpc/grpc_server.h"
 #include "server/http/http_server.h"
@@ -242,6 +243,23 @@ void RunServe(ServeArgs& args) {
   std::signal(SIGPIPE, SIG_IGN);  // a closed connection is a failed write, not a kill
 
   ApplyKvDtypeFlag(args.kv_cache_dtype, &args.engine);
+  // The CPU kernels' level, chosen once here (a bad TQ_CPU_ISA fails before
+  // the ports open) and logged, so a slow deployment shows why.
+  try {
+    const kernels::cpu::CpuIsa isa = kernels::cpu::ActiveCpuIsa();
+    std::string supported;
+    for (kernels::cpu::CpuIsa s : kernels::cpu::SupportedCpuIsas()) {
+      supported += std::string(supported.empty() ? "" : ", ") + kernels::cpu::CpuIsaName(s);
+    }
+    const char* env_isa = std::getenv("TQ_CPU_ISA");
+    spdlog::info("CPU kernels: {} ({}; this CPU and build support {})",
+                 kernels::cpu::CpuIsaName(isa),
+                 env_isa != nullptr && *env_isa != '\0' ? "TQ_CPU_ISA=" + std::string(env_isa)
+                                                        : std::string("detected"),
+                 supported);
+  } catch (const std::invalid_argument& e) {
+    throw Error(e.what());
+  }
   const ModelFiles files = LoadModelFiles(args.engine.model_dir);  // fail fast on a bad directory
   // Flag mistakes that need no weights fail here, as one line before the port
   // opens; the load itself runs after listening so that /livez answers during it.

@@ -1,6 +1,7 @@
 // The non-generation routes: models, tokenize/detokenize (vLLM), health,
 // metrics, version.
 #include "engine/tokenizer/tokenizer.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "server/http/chat_request.h"
 #include "server/http/json_fields.h"
 #include "server/http/openai_responses.h"
@@ -108,7 +109,10 @@ void HandleMetrics(ServerState& state, const HttpRequest&, HttpResponse& res) {
 }
 
 void HandleVersion(ServerState&, const HttpRequest&, HttpResponse& res) {
-  SendJson(res, {{"version", TQ_VERSION}});
+  // cpu_isa: the CPU kernels' level (kernels/cpu/cpu_isa.h), so a slow
+  // deployment shows from outside whether it runs the baseline code.
+  SendJson(res, {{"version", TQ_VERSION},
+                 {"cpu_isa", kernels::cpu::CpuIsaName(kernels::cpu::ActiveCpuIsa())}});
 }
 
 }  // namespace tq::http

@@ -315,7 +315,8 @@ void ServerMetrics::Impl::SetEngineGauges(const EngineStats& stats, const Engine
   info_labels.Assign({{{{"version", TQ_VERSION},
                         {"model", served_model_name},
                         {"kv_cache_dtype", info.kv_cache_dtype},
-                        {"device", info.device}},
+                        {"device", info.device},
+                        {"cpu_isa", info.cpu_isa}},
                        1.0}});
   cache_config.Assign({{{{"block_size", std::to_string(info.block_size)},
                          {"num_blocks", std::to_string(info.num_kv_blocks)},

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "grpc_test_util.h"
+#include "kernels/cpu/cpu_isa.h"
 
 namespace tq::testing {
 namespace {
@@ -266,6 +267,8 @@ TEST_F(GrpcService, ListModelsAndServerInfo) {
   EXPECT_EQ(info.model(), "stories260K");
   EXPECT_EQ(info.model_dir(), TQ_MODEL_DIR);
   EXPECT_EQ(info.device(), "cpu");
+  // The level the kernels of this process run (TQ_CPU_ISA or detected).
+  EXPECT_EQ(info.cpu_isa(), kernels::cpu::CpuIsaName(kernels::cpu::ActiveCpuIsa()));
   EXPECT_EQ(info.kv_cache().dtype(), "fp32");
   EXPECT_EQ(info.kv_cache().block_size(), 16);
   // fp32 K and V for 5 layers x 4 KV heads x head_dim 8 x 16 tokens (config.json).

@@ -15,6 +15,7 @@
 
 #include "engine/runtime/engine.h"
 #include "engine/runtime/offline_engine.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "server/http/http_server.h"
 
 namespace tq::http {
@@ -169,7 +170,10 @@ TEST_F(HttpRoutes, VersionAndMetrics) {
   auto version = client_->Get("/version");
   ASSERT_TRUE(version);
   EXPECT_EQ(version->status, 200);
-  EXPECT_EQ(json::parse(version->body), (json{{"version", "0.1.0"}}));  // CMake project VERSION
+  // The CMake project VERSION, and the level the kernels of this process run.
+  EXPECT_EQ(json::parse(version->body),
+            (json{{"version", "0.1.0"},
+                  {"cpu_isa", kernels::cpu::CpuIsaName(kernels::cpu::ActiveCpuIsa())}}));
 
   client_->Get("/nope");
   // A response is counted right after it was written (httplib's logger), so

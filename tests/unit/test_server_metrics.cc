@@ -140,6 +140,7 @@ EngineInfo TestInfo() {
   info.weight_bytes = {{"fp32", 1000}, {"int4", 500}};
   info.kv_calibration_source = "built-in";
   info.device = "cpu";
+  info.cpu_isa = "avx2";
   return info;
 }
 
@@ -285,7 +286,8 @@ TEST(ServerMetrics, EngineGaugesFromStatsAndInfo) {
                                       {"version", TQ_PROJECT_VERSION},
                                       {"model", "served-model"},  // the served name, never the path
                                       {"kv_cache_dtype", "tq3"},
-                                      {"device", "cpu"}}));
+                                      {"device", "cpu"},
+                                      {"cpu_isa", "avx2"}}));
   std::vector<Sample> cache = e.All("tqserve_cache_config_info");
   ASSERT_EQ(cache.size(), 1u);
   EXPECT_EQ(cache[0].value, 1);
