@@ -244,7 +244,10 @@ void RunServe(ServeArgs& args) {
 
   ApplyKvDtypeFlag(args.kv_cache_dtype, &args.engine);
   // The CPU kernels' level, chosen once here (a bad TQ_CPU_ISA fails before
-  // the ports open) and logged, so a slow deployment shows why.
+  // the ports open) and logged with the other start-up lines once the model
+  // has loaded (a start-up error stays one stderr line), so a slow deployment
+  // shows why.
+  std::string cpu_isa_line;
   try {
     const kernels::cpu::CpuIsa isa = kernels::cpu::ActiveCpuIsa();
     std::string supported;
@@ -252,11 +255,11 @@ void RunServe(ServeArgs& args) {
       supported += std::string(supported.empty() ? "" : ", ") + kernels::cpu::CpuIsaName(s);
     }
     const char* env_isa = std::getenv("TQ_CPU_ISA");
-    spdlog::info("CPU kernels: {} ({}; this CPU and build support {})",
-                 kernels::cpu::CpuIsaName(isa),
-                 env_isa != nullptr && *env_isa != '\0' ? "TQ_CPU_ISA=" + std::string(env_isa)
-                                                        : std::string("detected"),
-                 supported);
+    cpu_isa_line = fmt::format(
+        "CPU kernels: {} ({}; this CPU and build support {})", kernels::cpu::CpuIsaName(isa),
+        env_isa != nullptr && *env_isa != '\0' ? "TQ_CPU_ISA=" + std::string(env_isa)
+                                               : std::string("detected"),
+        supported);
   } catch (const std::invalid_argument& e) {
     throw Error(e.what());
   }
@@ -348,6 +351,7 @@ void RunServe(ServeArgs& args) {
                  std::chrono::duration<double>(Clock::now() - load_start).count(),
                  args.http.served_model_name, engine->info().max_model_len);
     if (!engine->info().device_note.empty()) spdlog::info("{}", engine->info().device_note);
+    spdlog::info("{}", cpu_isa_line);
     spdlog::info("{}", engine->info().weights_summary);
     const EngineInfo& info = engine->info();
     spdlog::info("{}{}",
